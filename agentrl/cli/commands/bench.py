@@ -1,0 +1,28 @@
+"""``agentrl bench TARGET``: speed benchmarks (numbers for docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import agentrl.bench as bench_pkg
+
+HELP = "run a benchmark (estimators, envs, rollout, ...) and print its numbers"
+
+
+def _targets() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(bench_pkg.__path__) if not m.name.startswith("_"))
+
+
+def add_arguments(parser) -> None:
+    sub = parser.add_subparsers(dest="bench_target", metavar="TARGET", required=True)
+    for name in _targets():
+        module = importlib.import_module(f"{bench_pkg.__name__}.{name}")
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        p.add_argument("--json", action="store_true", help="print one JSON object with the results")
+        module.add_arguments(p)
+        p.set_defaults(_bench_run=module.run)
+
+
+def run(args) -> int:
+    return int(args._bench_run(args) or 0)

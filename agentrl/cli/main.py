@@ -1,0 +1,66 @@
+"""Entry point of the ``agentrl`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from types import ModuleType
+
+from agentrl import __version__
+from agentrl.errors import UsageError
+import agentrl.cli.commands as commands_pkg
+
+# Order in which commands appear in --help; commands not listed here follow alphabetically.
+COMMAND_ORDER = ("train", "sft", "eval", "sweep", "table", "recipes", "config", "envs", "bench", "export")
+
+
+def discover_commands() -> dict[str, ModuleType]:
+    names = sorted(m.name for m in pkgutil.iter_modules(commands_pkg.__path__) if not m.name.startswith("_"))
+    rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+    names.sort(key=lambda n: (rank.get(n.replace("_", "-"), len(rank)), n))
+    return {n.replace("_", "-"): importlib.import_module(f"{commands_pkg.__name__}.{n}") for n in names}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, usage hint
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="agentrl",
+        description="Reinforcement learning for multi-turn LLM agents (GRPO, RLOO, GiGPO, GAGPO, BiPACE) "
+        "on ALFWorld, WebShop and TextCraft.",
+        epilog="Configuration: `recipe=NAME` picks a recipe (see `agentrl recipes`); any further "
+        "`key=value` argument overrides one config field, e.g. `learner.lr=2e-6`.",
+    )
+    parser.add_argument("--version", action="version", version=f"agentrl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module in discover_commands().items():
+        p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return 2
+        return int(args._run(args) or 0)
+    except UsageError as err:
+        print(f"agentrl: error: {err}", file=sys.stderr)
+        return UsageError.exit_code
+    except KeyboardInterrupt:
+        print("agentrl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
