@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"agentrl: error: {err}", file=sys.stderr)
         return UsageError.exit_code
+    except BrokenPipeError:  # e.g. `agentrl recipes | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("agentrl: interrupted", file=sys.stderr)
         return 130

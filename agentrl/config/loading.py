@@ -1,0 +1,238 @@
+"""Recipes + ``key=value`` overrides -> a validated :class:`~agentrl.config.schema.Config`.
+
+Order of precedence (later wins): dataclass defaults, the recipe's ``defaults:`` files (in list
+order, each resolved recursively), the recipe file's own keys, the command-line overrides.
+Values may use OmegaConf interpolation (``${env.max_steps}``). Every problem raises
+:class:`~agentrl.errors.UsageError` naming the key path and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from agentrl.config.schema import Config
+from agentrl.errors import UsageError
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+BASE_DIR_NAME = "_base"
+
+
+# ------------------------------------------------------------------------------------- recipes
+def recipe_names(recipes_dir: Path = RECIPES_DIR) -> list[str]:
+    """Names of the runnable recipes (files under ``_base/`` are building blocks)."""
+    return sorted(p.stem for p in recipes_dir.glob("*.yaml"))
+
+
+def recipe_path(name: str, recipes_dir: Path = RECIPES_DIR) -> Path:
+    """Resolve a recipe name, or a path to a YAML file, to a file."""
+    as_path = Path(name)
+    if as_path.suffix in (".yaml", ".yml") and as_path.is_file():
+        return as_path
+    path = recipes_dir / f"{name}.yaml"
+    if path.is_file():
+        return path
+    close = difflib.get_close_matches(name, recipe_names(recipes_dir), n=5, cutoff=0.5)
+    hint = f" Close names: {', '.join(close)}." if close else ""
+    raise UsageError(f"unknown recipe {name!r}.{hint} Run `agentrl recipes` to list them all.")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a recipe must be a mapping of config sections")
+    return data
+
+
+def compose_recipe(path: Path, _seen: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
+    """The recipe's layers in merge order: its defaults (recursively), then its own keys."""
+    if path in _seen:
+        chain = " -> ".join(p.name for p in _seen + (path,))
+        raise UsageError(f"recipe defaults form a cycle: {chain}")
+    data = _read_yaml(path)
+    defaults = data.pop("defaults", []) or []
+    if not isinstance(defaults, list):
+        raise UsageError(f"{path}: `defaults` must be a list of base file names")
+    root = next((d for d in path.parents if (d / BASE_DIR_NAME).is_dir()), path.parent)
+    layers: list[dict[str, Any]] = []
+    for entry in defaults:
+        base = root / BASE_DIR_NAME / f"{entry}.yaml"
+        if not base.is_file():
+            raise UsageError(f"{path}: default {entry!r} not found (looked for {base})")
+        layers.extend(compose_recipe(base, _seen + (path,)))
+    layers.append(data)
+    return layers
+
+
+# ----------------------------------------------------------------------------------- overrides
+def parse_overrides(items: Iterable[str]) -> tuple[str | None, list[str]]:
+    """Split ``recipe=NAME`` from the ``key=value`` overrides; reject malformed arguments."""
+    recipe = None
+    overrides: list[str] = []
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"argument {item!r} is not key=value (e.g. learner.lr=2e-6 or recipe=NAME)")
+        key, _, _value = item.partition("=")
+        key = key.strip()
+        if not key:
+            raise UsageError(f"argument {item!r} has an empty key")
+        if key == "recipe":
+            recipe = _value.strip()
+        else:
+            overrides.append(f"{key}={_value}")
+    return recipe, overrides
+
+
+def _dotlist(overrides: list[str]) -> dict[str, Any]:
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist(overrides))  # type: ignore[return-value]
+    except OmegaConfBaseException as err:
+        raise UsageError(f"cannot parse overrides {overrides}: {err}") from None
+
+
+def _merge(into: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+# ---------------------------------------------------------------------------------- validation
+def _field_paths(cls: type, prefix: str = "") -> list[str]:
+    paths = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        paths.append(path)
+        if dataclasses.is_dataclass(hints[f.name]):
+            paths.extend(_field_paths(hints[f.name], path + "."))
+    return paths
+
+
+ALL_KEYS = _field_paths(Config)
+
+
+def _unknown_key(path: str) -> UsageError:
+    close = difflib.get_close_matches(path, ALL_KEYS, n=1, cutoff=0.6)
+    if not close:
+        leaf = path.rsplit(".", 1)[-1]
+        close = [k for k in ALL_KEYS if k.rsplit(".", 1)[-1] == leaf][:1]
+    hint = f"; did you mean `{close[0]}`?" if close else ""
+    return UsageError(f"unknown config key `{path}`{hint} (`agentrl config --keys` lists every key)")
+
+
+def _describe(meta: dict[str, Any], typ: Any) -> str:
+    parts = []
+    if "choices" in meta:
+        parts.append("one of " + ", ".join(map(str, meta["choices"])))
+    else:
+        parts.append(getattr(typ, "__name__", str(typ)).replace("typing.", ""))
+    if "min" in meta:
+        parts.append(f">= {meta['min']}")
+    if "gt" in meta:
+        parts.append(f"> {meta['gt']}")
+    if "max" in meta:
+        parts.append(f"<= {meta['max']}")
+    return " ".join(parts)
+
+
+def _coerce(path: str, value: Any, typ: Any, meta: dict[str, Any]) -> Any:
+    origin = typing.get_origin(typ)
+    optional = origin is typing.Union and type(None) in typing.get_args(typ)
+    if optional:
+        if value is None:
+            return None
+        typ = next(a for a in typing.get_args(typ) if a is not type(None))
+    accepted = _describe(meta, typ) + (" or null" if optional else "")
+    bad = UsageError(f"config key `{path}` = {value!r} is invalid: expected {accepted}")
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise bad
+    elif typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+    elif typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        value = float(value)
+    elif typ is str:
+        if isinstance(value, (dict, list)) or value is None:
+            raise bad
+        value = str(value)
+    elif typ is dict:
+        if not isinstance(value, dict):
+            raise bad
+    elif typ is list:
+        if not isinstance(value, list):
+            raise bad
+    if "choices" in meta and value not in meta["choices"]:
+        raise bad
+    if "min" in meta and value < meta["min"]:
+        raise bad
+    if "gt" in meta and value <= meta["gt"]:
+        raise bad
+    if "max" in meta and value > meta["max"]:
+        raise bad
+    return value
+
+
+def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Instantiate ``cls`` from nested dicts, checking every key, type and range."""
+    if not isinstance(data, dict):
+        raise UsageError(f"config section `{prefix.rstrip('.') or '<root>'}` must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise _unknown_key(f"{prefix}{key}")
+    kwargs = {}
+    for name, value in data.items():
+        typ, path = hints[name], f"{prefix}{name}"
+        if dataclasses.is_dataclass(typ):
+            kwargs[name] = build_dataclass(typ, value if value is not None else {}, path + ".")
+        else:
+            kwargs[name] = _coerce(path, value, typ, dict(names[name].metadata))
+    return cls(**kwargs)
+
+
+# ------------------------------------------------------------------------------------- the API
+def load_config(recipe: str | None, overrides: list[str] | None = None) -> Config:
+    """Compose ``recipe`` (a name or a YAML path; None = defaults only) with ``overrides``."""
+    merged: dict[str, Any] = {}
+    if recipe:
+        for layer in compose_recipe(recipe_path(recipe)):
+            _merge(merged, layer)
+    _merge(merged, _dotlist(list(overrides or [])))
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(merged), resolve=True)
+    except OmegaConfBaseException as err:
+        raise UsageError(f"cannot resolve an interpolation in the config: {err}") from None
+    return build_dataclass(Config, resolved)  # type: ignore[arg-type]
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def config_to_yaml(cfg: Any) -> str:
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False)
+
+
+def recipe_description(name: str) -> str:
+    """A recipe's one-line description (its own `description:` or one of its layers')."""
+    description = ""
+    for layer in compose_recipe(recipe_path(name)):
+        description = layer.get("description", description)
+    return str(description)

@@ -1,0 +1,242 @@
+"""Typed configuration: every field with its default, its help text and what it accepts.
+
+The tree (``Config``) is built from the dataclass defaults, then the recipe's YAML files, then
+``key=value`` overrides (see :mod:`agentrl.config.loading`). Field metadata:
+
+``help``     one line shown by ``agentrl config --help-fields`` and in docs/configuration.md
+``choices``  the accepted values (strings)
+``min``/``max`` inclusive numeric bounds; ``gt`` an exclusive lower bound
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
+    """A dataclass field with help text and validation metadata."""
+    meta = {"help": help, **checks}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+ESTIMATOR_NAMES = ("grpo", "rloo", "gigpo", "gagpo", "bipace")
+ENV_NAMES = ("alfworld", "webshop", "textcraft")
+
+
+# ----------------------------------------------------------------------------------------- model
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = F(256, "hidden size of the tiny Qwen2 model", min=16)
+    num_layers: int = F(4, "decoder layers", min=1)
+    num_heads: int = F(4, "attention heads", min=1)
+    num_kv_heads: int = F(2, "key/value heads (grouped-query attention)", min=1)
+    intermediate_size: int = F(768, "MLP inner size", min=16)
+    max_position_embeddings: int = F(2048, "longest sequence the model supports", min=64)
+    rope_theta: float = F(10000.0, "RoPE base frequency", gt=0)
+    tie_word_embeddings: bool = F(True, "share input and output embeddings")
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = F("tiny", "`tiny` (built from model.tiny and a tokenizer trained on env text), "
+                          "a local Hugging Face model directory, or a hub name such as Qwen/Qwen2.5-7B-Instruct")
+    random_init: bool = F(False, "build the named architecture with random weights instead of loading them "
+                          "(shape tests and GPU smoke runs without checkpoints)")
+    dtype: str = F("auto", "parameter dtype: auto = bfloat16 on GPU, float32 on CPU",
+                   choices=("auto", "float32", "bfloat16", "float16"))
+    attn_implementation: str = F("sdpa", "attention kernel passed to transformers",
+                                 choices=("sdpa", "eager", "flash_attention_2"))
+    gradient_checkpointing: bool = F(False, "recompute activations in the backward pass to save memory")
+    lora_rank: int = F(0, "LoRA rank; 0 trains all weights", min=0)
+    lora_alpha: int = F(16, "LoRA alpha", min=1)
+    trust_remote_code: bool = F(False, "allow model code from the checkpoint directory")
+    tiny: TinyModelConfig = F(help="sizes of the tiny CPU model", factory=TinyModelConfig)
+
+
+@dataclass
+class TokenizerConfig:
+    name_or_path: Optional[str] = F(None, "tokenizer directory or hub name; null = the model's")
+    train_kind: str = F("bpe", "for tiny models: byte-level BPE (lossless) or whitespace word-level",
+                        choices=("bpe", "wordlevel"))
+    vocab_size: int = F(2048, "vocabulary size when the tokenizer is trained on env text", min=64)
+    corpus_tasks: int = F(200, "expert episodes per environment used as tokenizer training text", min=1)
+
+
+# ------------------------------------------------------------------------------------------- env
+@dataclass
+class EnvConfig:
+    name: str = F("textcraft", "environment", choices=ENV_NAMES)
+    max_steps: int = F(40, "episode step limit (ALFWorld 50, WebShop 15, TextCraft 40 in the papers)", min=1)
+    group_size: int = F(8, "rollouts per task (G): the group compared with each other", min=1)
+    tasks_per_iteration: int = F(16, "distinct tasks per training iteration", min=1)
+    train_split: str = F("train", "split that training tasks are drawn from")
+    eval_split: str = F("test", "split used for periodic validation")
+    history_length: int = F(2, "previous observation/action pairs shown in the prompt", min=0)
+    reward: str = F("success", "step reward: success = success_reward when the episode is won (verl-agent), "
+                    "env = the environment's own reward", choices=("success", "env"))
+    success_reward: float = F(10.0, "reward at the winning step when env.reward=success", gt=0)
+    num_servers: int = F(1, "env pool server processes (the env steps of one iteration are spread over them)", min=1)
+    step_timeout_s: float = F(60.0, "per-call timeout for env reset/step batches", gt=0)
+    kwargs: dict = F(help="extra keyword arguments for the environment factory", factory=dict)
+
+
+# --------------------------------------------------------------------------------------- rollout
+@dataclass
+class VllmConfig:
+    gpu_memory_utilization: float = F(0.6, "fraction of GPU memory vLLM may take", gt=0, max=1)
+    tensor_parallel_size: int = F(1, "GPUs per vLLM engine", min=1)
+    enforce_eager: bool = F(False, "disable CUDA graphs (always on for CPU)")
+    max_num_seqs: int = F(256, "sequences vLLM schedules at once", min=1)
+
+
+@dataclass
+class RolloutConfig:
+    backend: str = F("auto", "generation backend: auto = vllm on GPU, torch on CPU",
+                     choices=("auto", "torch", "vllm"))
+    num_workers: int = F(1, "Ray rollout workers; the envs of an iteration are split among them", min=1)
+    temperature: float = F(1.0, "sampling temperature for training rollouts", min=0)
+    top_p: float = F(1.0, "nucleus sampling", gt=0, max=1)
+    top_k: int = F(-1, "top-k sampling; -1 disables", min=-1)
+    max_prompt_tokens: int = F(2048, "prompt length limit", min=16)
+    max_response_tokens: int = F(512, "generated tokens per step", min=1)
+    prompt_truncation: str = F("error", "what to do with a longer prompt: error, or keep its last tokens",
+                               choices=("error", "left"))
+    invalid_action_penalty: float = F(0.1, "subtracted from the step reward when the response has no valid action",
+                                      min=0)
+    enable_thinking: bool = F(True, "ask for <think>...</think> before <action>...</action>")
+    vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)
+
+
+# ------------------------------------------------------------------------------------- algorithm
+@dataclass
+class GrpoConfig:
+    norm_by_std: bool = F(True, "divide episode advantages by the group's standard deviation")
+
+
+@dataclass
+class GigpoConfig:
+    enable_similarity: bool = F(False, "group anchor states by text similarity instead of exact equality")
+    similarity_thresh: float = F(0.95, "similarity threshold when enable_similarity is on", min=0, max=1)
+    episode_stats: str = F("steps", "episode-term statistics over step rows (reference code) or trajectories",
+                           choices=("steps", "trajectories"))
+
+
+@dataclass
+class GagpoConfig:
+    lam: float = F(0.8, "GAE lambda", min=0, max=1)
+    action_level_ratio: bool = F(True, "PPO ratio per action: exp(mean token log-ratio) instead of per token")
+
+
+@dataclass
+class BipaceConfig:
+    hidden_layer: int = F(-8, "decoder layer whose last-prompt-token state clusters the steps (negative = from the top)")
+    eps: float = F(0.10, "cosine-distance radius of a cluster", min=0, max=2)
+    eps_mode: str = F("fixed", "fixed eps, or calibrate once on the first batch and then freeze",
+                      choices=("fixed", "calibrate"))
+    pace: str = F("q", "action-conditioned baseline inside a cluster",
+                  choices=("q", "first_token", "action_tag", "state_only"))
+    first_token_len: int = F(8, "response tokens that key an action for pace=first_token", min=1)
+
+
+@dataclass
+class AlgorithmConfig:
+    estimator: str = F("grpo", "advantage estimator", choices=ESTIMATOR_NAMES)
+    gamma: float = F(0.95, "discount for step returns", min=0, max=1)
+    step_advantage_w: float = F(1.0, "weight omega of the step-level advantage", min=0)
+    mode: str = F("mean_std_norm", "step-group normalisation", choices=("mean_std_norm", "mean_norm"))
+    epsilon: float = F(1e-6, "added to standard deviations", gt=0)
+    grpo: GrpoConfig = F(help="GRPO / RLOO options", factory=GrpoConfig)
+    gigpo: GigpoConfig = F(help="GiGPO options", factory=GigpoConfig)
+    gagpo: GagpoConfig = F(help="GAGPO options", factory=GagpoConfig)
+    bipace: BipaceConfig = F(help="BiPACE options", factory=BipaceConfig)
+
+
+# --------------------------------------------------------------------------------------- learner
+@dataclass
+class LearnerConfig:
+    num_ranks: int = F(1, "DeepSpeed data-parallel ranks (processes)", min=1)
+    zero_stage: int = F(2, "DeepSpeed ZeRO stage", choices=(0, 1, 2, 3))
+    precision: str = F("auto", "auto = bf16 on GPU, fp32 on CPU", choices=("auto", "fp32", "bf16"))
+    offload_optimizer: bool = F(False, "ZeRO optimizer state offload to CPU")
+    offload_ref: bool = F(True, "keep the reference model's weights on CPU between passes")
+    lr: float = F(1e-6, "actor learning rate", gt=0)
+    weight_decay: float = F(0.0, "AdamW weight decay", min=0)
+    warmup_steps: int = F(0, "linear learning-rate warmup (optimizer steps)", min=0)
+    grad_clip: float = F(1.0, "gradient norm clip; 0 disables", min=0)
+    ppo_epochs: int = F(1, "passes over each iteration's data", min=1)
+    mini_batch_size: int = F(256, "step records per optimizer step", min=1)
+    micro_batch_size: int = F(32, "step records per forward/backward on one rank", min=1)
+    clip_ratio_low: float = F(0.2, "PPO clip below 1", min=0, max=1)
+    clip_ratio_high: float = F(0.2, "PPO clip above 1", min=0)
+    dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages; 0 disables", min=0)
+    loss_agg_mode: str = F("token-mean", "how token losses are averaged",
+                           choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
+    kl_coef: float = F(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)
+    kl_type: str = F("low_var_kl", "KL estimator", choices=("k1", "k2", "low_var_kl"))
+    entropy_coef: float = F(0.001, "entropy bonus coefficient", min=0)
+
+
+# ------------------------------------------------------------------------------------ sft / trainer
+@dataclass
+class SftConfig:
+    enabled: str = F("auto", "auto = warm-start tiny models when no checkpoint is given", choices=("auto", "yes", "no"))
+    tasks: int = F(400, "training tasks whose expert demonstrations are used", min=1)
+    epochs: float = F(3.0, "passes over the demonstrations", gt=0)
+    lr: float = F(1e-3, "SFT learning rate", gt=0)
+    batch_size: int = F(32, "(prompt, action) pairs per optimizer step", min=1)
+    max_minutes: float = F(0.0, "stop SFT after this many minutes; 0 = no limit", min=0)
+
+
+@dataclass
+class TrainerConfig:
+    iterations: int = F(150, "training iterations (each: tasks_per_iteration x group_size episodes)", min=0)
+    seed: int = F(0, "global seed (task order, sampling, initialisation)")
+    output_dir: str = F("runs", "directory that holds one subdirectory per run")
+    run_name: Optional[str] = F(None, "run subdirectory name; null = <recipe>-seed<seed>")
+    eval_every: int = F(5, "validate every N iterations; 0 disables", min=0)
+    eval_before_train: bool = F(True, "validate once before the first iteration")
+    save_every: int = F(10, "checkpoint every N iterations; 0 = only at the end", min=0)
+    keep_checkpoints: int = F(2, "newest checkpoints kept on disk", min=1)
+    resume: str = F("auto", "auto = continue the run in output_dir if it has a checkpoint; never; or a path")
+    init_checkpoint: Optional[str] = F(None, "start from this checkpoint or model directory (skips SFT)")
+    device: str = F("auto", "auto = cuda when available, else cpu", choices=("auto", "cpu", "cuda"))
+    sft: SftConfig = F(help="supervised warm start on expert demonstrations", factory=SftConfig)
+
+
+@dataclass
+class WandbConfig:
+    mode: str = F("auto", "auto = online with WANDB_API_KEY, else offline", choices=("auto", "online", "offline", "disabled"))
+    project: str = F("agentrl", "wandb project")
+    entity: Optional[str] = F(None, "wandb entity (team)")
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = F(True, "write TensorBoard event files")
+    progress_bar: bool = F(True, "show a progress bar with iteration, success rate and phase times")
+    wandb: WandbConfig = F(help="Weights & Biases tracking", factory=WandbConfig)
+
+
+@dataclass
+class EvalConfig:
+    split: Optional[str] = F(None, "split to evaluate; null = env.eval_split")
+    num_tasks: int = F(0, "tasks evaluated; 0 = the whole split", min=0)
+    temperature: float = F(0.4, "sampling temperature at validation (0 = greedy)", min=0)
+    seeds: list = F(help="sampling seeds; one evaluation pass per seed", factory=lambda: [0])
+
+
+@dataclass
+class Config:
+    description: str = F("", "one line shown by `agentrl recipes`")
+    model: ModelConfig = F(help="the policy model", factory=ModelConfig)
+    tokenizer: TokenizerConfig = F(help="the tokenizer", factory=TokenizerConfig)
+    env: EnvConfig = F(help="the environment and the shape of an iteration", factory=EnvConfig)
+    rollout: RolloutConfig = F(help="multi-turn generation", factory=RolloutConfig)
+    algorithm: AlgorithmConfig = F(help="advantage estimation", factory=AlgorithmConfig)
+    learner: LearnerConfig = F(help="policy optimisation", factory=LearnerConfig)
+    trainer: TrainerConfig = F(help="the training loop", factory=TrainerConfig)
+    logging: LoggingConfig = F(help="metrics and trackers", factory=LoggingConfig)
+    eval: EvalConfig = F(help="validation and evaluation", factory=EvalConfig)
