@@ -1,0 +1,153 @@
+"""BiGPO: greedy single-pass cosine clustering of step hidden states, and eps calibration.
+
+Within each group, rows are visited in batch order; a row joins the cluster whose centroid is
+nearest (largest cosine similarity of the l2-normalised vectors) if the cosine distance
+``1 - cos`` is at most ``eps``, otherwise it starts a new cluster. Ties go to the older cluster.
+
+Centroids (the sources do not say which; both are offered):
+
+* ``"seed"`` (default): a cluster's centroid is its first member, as in the reference code's
+  similarity grouping. Every member then lies within eps of one real state, the radius keeps its
+  meaning as clusters grow, and the pass vectorises exactly: all rows are compared with a block
+  of candidate seeds in one matmul, and only the acceptance of the candidates (a few per block)
+  is resolved in Python. The result is identical to the row-by-row greedy pass.
+* ``"mean"``: the l2-normalised running mean of the members. Each row depends on every earlier
+  join, so this loops over rows (with a vectorised distance to all centroids).
+
+A tolerance of 1e-6 is added to eps, so that eps = 0 groups identical vectors whose cosine
+rounds to slightly below 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+DISTANCE_TOLERANCE = 1e-6
+CENTROIDS = ("seed", "mean")
+
+
+def group_row_blocks(group: torch.Tensor, num_groups: int) -> list[torch.Tensor]:
+    """Row indices of each group, in batch order."""
+    order = torch.argsort(group, stable=True)
+    return list(torch.split(order, torch.bincount(group, minlength=num_groups).tolist()))
+
+
+def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> torch.Tensor:
+    """Seed index (local) of every row of one group; ``x`` is l2-normalised, ``threshold`` a cosine."""
+    n = x.shape[0]
+    best = torch.full((n,), -float("inf"), dtype=x.dtype)
+    owner = torch.full((n,), -1, dtype=torch.int64)
+    start = 0
+    while start < n:
+        unmatched = (best[start:] < threshold).nonzero().squeeze(1)
+        if unmatched.numel() == 0:
+            break
+        candidates = unmatched[:block] + start
+        sims = x[start:] @ x[candidates].T                      # [n - start, B]
+        among = sims[candidates - start].numpy()                 # candidate x candidate
+        accepted: list[int] = []
+        for k in range(candidates.numel()):                      # a candidate is a seed unless an
+            if not accepted or among[k, accepted].max() < threshold:  # accepted seed before it matches
+                accepted.append(k)
+        acc = torch.tensor(accepted, dtype=torch.int64)
+        seeds = candidates[acc]
+        rows = torch.arange(start, n)
+        seed_sims = sims[:, acc].masked_fill(rows[:, None] <= seeds[None, :], -float("inf"))
+        which = seed_sims.argmax(dim=1)                          # first maximum: the older seed
+        top = seed_sims.gather(1, which[:, None]).squeeze(1)
+        better = top > best[start:]
+        best[start:] = torch.where(better, top, best[start:])
+        owner[start:] = torch.where(better, seeds[which], owner[start:])
+        best[seeds] = float("inf")
+        owner[seeds] = seeds
+        start = int(candidates[-1]) + 1
+    return owner
+
+
+def _mean_clusters(x: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Cluster index (local) of every row of one group with running-mean centroids."""
+    n = x.shape[0]
+    sums = torch.zeros_like(x)
+    centroids = torch.zeros_like(x)
+    label = torch.empty(n, dtype=torch.int64)
+    k = 0
+    for i in range(n):
+        if k:
+            sims = centroids[:k] @ x[i]
+            j = int(torch.argmax(sims))
+            if float(sims[j]) >= threshold:
+                label[i] = j
+                sums[j] += x[i]
+                centroids[j] = sums[j] / sums[j].norm().clamp_min(1e-12)
+                continue
+        label[i] = k
+        sums[k] = x[i]
+        centroids[k] = x[i]
+        k += 1
+    return label
+
+
+def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups: int, eps: float,
+                           centroid: str = "seed", block: int = 32) -> tuple[torch.Tensor, int]:
+    """Cluster id (0..K-1, numbered group by group in order of creation) for every row."""
+    n = hidden.shape[0]
+    labels = torch.empty(n, dtype=torch.int64)
+    threshold = 1.0 - float(eps) - DISTANCE_TOLERANCE
+    offset = 0
+    for rows in group_row_blocks(group, num_groups):
+        if rows.numel() == 0:
+            continue
+        x = F.normalize(hidden[rows].to(torch.float32), dim=1)
+        if centroid == "seed":
+            local = torch.unique(_seed_clusters(x, threshold, block), return_inverse=True)[1]
+        else:
+            local = _mean_clusters(x, threshold)
+        labels[rows] = local + offset
+        offset += int(local.max()) + 1
+    return labels, offset
+
+
+# ----- eps calibration --------------------------------------------------------------------------------
+@dataclasses.dataclass
+class BiGPOState:
+    """What BiGPO keeps across batches: the calibrated radius, frozen after the first batch.
+
+    The trainer creates one, passes it to every ``compute_advantages("bipace", ..., state=state)``
+    call and saves it with the checkpoint (``as_dict``/``from_dict``).
+    """
+
+    eps: float | None = None
+    calibration: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def calibrated(self) -> bool:
+        return self.eps is not None
+
+    def as_dict(self) -> dict:
+        return {"eps": self.eps, "calibration": dict(self.calibration)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BiGPOState":
+        return cls(eps=data.get("eps"), calibration=dict(data.get("calibration", {})))
+
+
+def calibrate_eps(hidden: torch.Tensor, group: torch.Tensor, num_groups: int, grid: tuple[float, ...],
+                  target_singleton_rate: float, centroid: str = "seed") -> tuple[float, dict[str, float]]:
+    """Smallest eps of ``grid`` whose clustering leaves at most ``target_singleton_rate`` of the rows
+    alone in their cluster (the largest grid value if none does)."""
+    chosen = max(grid)
+    report: dict[str, float] = {}
+    for eps in sorted(grid):
+        labels, num = greedy_cosine_clusters(hidden, group, num_groups, eps, centroid)
+        rate = float((torch.bincount(labels, minlength=num)[labels] == 1).to(torch.float64).mean())
+        report[f"singleton_rate@{eps:g}"] = rate
+        if rate <= target_singleton_rate:
+            chosen = eps
+            break
+    return float(chosen), report
+
+
+__all__ = ["BiGPOState", "CENTROIDS", "calibrate_eps", "greedy_cosine_clusters", "group_row_blocks"]

@@ -1,0 +1,233 @@
+"""Tensor building blocks shared by the estimators: segment statistics, trajectory layout,
+discounted returns, the invalid-action penalty and the episode-level (GRPO-style) term.
+
+All math runs in float64 on CPU tensors and is cast to float32 by the estimators at the end.
+Nothing here loops over records in Python; string columns are turned into integer codes once
+(one dictionary pass), after which everything is ``index_add``/``bincount``/``torch.unique``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+
+from agentrl.data import StepBatch, segment_ids
+
+F64 = torch.float64
+
+
+# ----- shared parameter fields (one definition of each default and help text) ----------------------
+def gamma_field():
+    return dataclasses.field(default=0.95, metadata={"help": "discount of the step return G_t = r_t + gamma * G_{t+1}"})
+
+
+def step_weight_field():
+    return dataclasses.field(default=1.0, metadata={"help": "omega: weight of the step term in A = A_episode + omega * A_step"})
+
+
+def mode_field(default: str = "mean_std_norm"):
+    return dataclasses.field(default=default, metadata={
+        "help": "mean_std_norm: (x - mean) / (std + epsilon) with the unbiased std; mean_norm: x - mean"})
+
+
+def epsilon_field():
+    return dataclasses.field(default=1e-6, metadata={"help": "added to the std before dividing"})
+
+
+def episode_stats_field():
+    return dataclasses.field(default="steps", metadata={
+        "help": "statistics of the episode term over the group's step rows (steps, the reference code) "
+                "or over one return per trajectory (trajectories, the papers' equation)"})
+
+
+def penalty_field():
+    return dataclasses.field(default=0.1, metadata={
+        "help": "coefficient c of the invalid-action penalty that the rollout folded into batch.reward "
+                "(0 when the rollout applies none)"})
+
+
+def penalty_mode_field():
+    return dataclasses.field(default="after_discount", metadata={
+        "help": "after_discount: the penalty is taken out of the rewards and charged only to the invalid row's "
+                "episode score and step return (the reference code); in_reward: keep it as an ordinary reward"})
+
+
+# ----- segment statistics ----------------------------------------------------------------------------
+def string_codes(values: Sequence[str]) -> torch.Tensor:
+    """Integer code per string (equal strings get equal codes, in order of first appearance)."""
+    index: dict[str, int] = {}
+    return torch.tensor([index.setdefault(v, len(index)) for v in values], dtype=torch.int64)
+
+
+def pair_segments(outer: torch.Tensor, inner: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Segment ids of the pairs (outer, inner): rows share a segment iff both keys are equal."""
+    if outer.numel() == 0:
+        return outer.clone(), 0
+    width = int(inner.max()) + 1
+    return segment_ids(outer * width + inner)
+
+
+def segment_sum(values: torch.Tensor, seg: torch.Tensor, num: int) -> torch.Tensor:
+    return torch.zeros(num, dtype=values.dtype).index_add_(0, seg, values)
+
+
+def segment_count(seg: torch.Tensor, num: int) -> torch.Tensor:
+    return torch.bincount(seg, minlength=num).to(F64)
+
+
+def segment_mean_std(values: torch.Tensor, seg: torch.Tensor, num: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per segment: mean, unbiased std (0 where a segment has one member) and member count."""
+    count = segment_count(seg, num)
+    mean = segment_sum(values, seg, num) / count.clamp_min(1)
+    dev = values - mean[seg]
+    var = segment_sum(dev * dev, seg, num) / (count - 1).clamp_min(1)
+    return mean, var.sqrt(), count
+
+
+def normalise_in_segments(values: torch.Tensor, seg: torch.Tensor, num: int, by_std: bool, epsilon: float,
+                          singleton: str) -> torch.Tensor:
+    """``(x - mean) / (std + epsilon)`` (or ``x - mean``) within each segment.
+
+    ``singleton`` says what a one-member segment gives: ``"keep"`` (mean 0, std 1: the raw value,
+    the reference code's episode and GRPO rule) or ``"zero"`` (mean = itself: 0, its step rule).
+    """
+    mean, std, count = segment_mean_std(values, seg, num)
+    single = count == 1
+    if singleton == "keep":
+        mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    out = values - mean[seg]
+    if by_std:
+        out = out / (std[seg] + epsilon)
+    return out
+
+
+# ----- trajectory layout and discounted sums ---------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class TrajectoryLayout:
+    """Where each row sits in a dense ``[num_trajectories, max_len]`` matrix (rows ordered by step)."""
+
+    traj: torch.Tensor      # trajectory segment id per row
+    pos: torch.Tensor       # rank of the row's step inside its trajectory (0 = first)
+    num_traj: int
+    max_len: int
+
+    @classmethod
+    def of(cls, batch: StepBatch) -> "TrajectoryLayout":
+        traj, num_traj = batch.trajectory_segments()
+        n = traj.numel()
+        if n == 0:
+            return cls(traj, traj.clone(), 0, 0)
+        order = torch.argsort(traj * (int(batch.step.max()) + 1) + batch.step, stable=True)
+        length = torch.bincount(traj, minlength=num_traj)
+        start = torch.cumsum(length, 0) - length
+        pos = torch.empty_like(traj)
+        pos[order] = torch.arange(n) - start[traj[order]]
+        return cls(traj, pos, num_traj, int(length.max()))
+
+    def to_dense(self, values: torch.Tensor) -> torch.Tensor:
+        dense = torch.zeros(self.num_traj, self.max_len, dtype=values.dtype)
+        dense[self.traj, self.pos] = values
+        return dense
+
+    def from_dense(self, dense: torch.Tensor) -> torch.Tensor:
+        return dense[self.traj, self.pos]
+
+    def discounted_sum(self, values: torch.Tensor, factor: float) -> torch.Tensor:
+        """Per row: sum over k >= t of factor^(k - t) * values_k along its trajectory.
+
+        One matmul with the upper-triangular matrix ``M[k, t] = factor^(k - t)`` (k >= t) instead of
+        a backward loop; ``0 ** 0 = 1`` keeps ``factor = 0`` exact.
+        """
+        if self.num_traj == 0:
+            return values.clone()
+        steps = torch.arange(self.max_len, dtype=F64)
+        lag = steps[:, None] - steps[None, :]
+        kernel = torch.where(lag >= 0, torch.pow(torch.tensor(float(factor), dtype=F64), lag.clamp_min(0)),
+                             torch.zeros((), dtype=F64))
+        return self.from_dense(self.to_dense(values.to(F64)) @ kernel)
+
+    def next_row_values(self, values: torch.Tensor) -> torch.Tensor:
+        """Per row: the value of the trajectory's next row, 0 after its last row."""
+        dense = self.to_dense(values)
+        shifted = torch.zeros_like(dense)
+        shifted[:, :-1] = dense[:, 1:]
+        return self.from_dense(shifted)
+
+
+# ----- rewards, penalty, returns ---------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RowReturns:
+    """What every estimator derives from the reward columns, per row (float64)."""
+
+    episode_score: torch.Tensor     # s_j: the row's episode score (episode return, row penalty)
+    trajectory_return: torch.Tensor  # R(tau) of the row's trajectory, without any row's own penalty
+    step_return: torch.Tensor        # G'_t: discounted return-to-go with the penalty placed per penalty_mode
+
+
+def row_returns(batch: StepBatch, layout: TrajectoryLayout, gamma: float, penalty: float,
+                penalty_mode: str) -> RowReturns:
+    """Episode scores and step returns with the invalid-action penalty placed as configured.
+
+    ``batch.reward`` includes ``-penalty`` on invalid rows (the contract). With ``after_discount``
+    (the reference code) the penalty is removed from the rewards, the clean rewards are summed and
+    discounted, and the penalty is then subtracted from the invalid row's own episode score and
+    step return only. With ``in_reward`` the rewards and ``episode_return`` are used as they are.
+    """
+    reward = batch.reward.to(F64)
+    episode_return = batch.episode_return.to(F64)
+    if penalty_mode == "in_reward" or penalty == 0.0:
+        step_return = layout.discounted_sum(reward, gamma)
+        return RowReturns(episode_return, episode_return, step_return)
+    charged = (~batch.action_valid).to(F64) * float(penalty)
+    clean_reward = reward + charged
+    clean_episode = episode_return + segment_sum(charged, layout.traj, layout.num_traj)[layout.traj]
+    step_return = layout.discounted_sum(clean_reward, gamma) - charged
+    return RowReturns(clean_episode - charged, clean_episode, step_return)
+
+
+def episode_advantage(batch: StepBatch, returns: RowReturns, by_std: bool, epsilon: float,
+                      episode_stats: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """GRPO-style episode term per row, plus the group segment ids and count.
+
+    ``steps``: mean/std over all step rows of the group (length-weighted, the reference code).
+    ``trajectories``: mean/std over one return per trajectory of the group. Either way a group
+    with a single member gets mean 0 and std 1 (the raw score is kept).
+    """
+    group, num_groups = batch.group_segments()
+    score = returns.episode_score
+    if episode_stats == "steps":
+        return normalise_in_segments(score, group, num_groups, by_std, epsilon, "keep"), group, num_groups
+    mean, std, count = trajectory_stats(batch, returns, group, num_groups)
+    out = score - mean[group]
+    if by_std:
+        out = out / (std[group] + epsilon)
+    return out, group, num_groups
+
+
+def trajectory_stats(batch: StepBatch, returns: RowReturns, group: torch.Tensor, num_groups: int):
+    """Mean, unbiased std and count of the trajectory returns of each group (singleton: 0, 1)."""
+    last = batch.trajectory_rows()
+    mean, std, count = segment_mean_std(returns.trajectory_return[last], group[last], num_groups)
+    single = count == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean, std, count
+
+
+def anchor_segments(batch: StepBatch, group: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Segments of rows with the same group and exactly the same ``anchor_obs``."""
+    return pair_segments(group, string_codes(batch.anchor_obs))
+
+
+def singleton_rate(seg: torch.Tensor, num: int) -> float:
+    if seg.numel() == 0:
+        return 0.0
+    count = torch.bincount(seg, minlength=num)
+    return float((count[seg] == 1).to(F64).mean())
+
+
+def mean_segment_size(seg: torch.Tensor, num: int) -> float:
+    return float(seg.numel() / num) if num else 0.0

@@ -1,0 +1,112 @@
+"""GAGPO: grouped value proxy, TD residuals, GAE, group-wise normalisation.
+
+No official code exists; this follows the reconstruction of the method (one advantage per
+environment step, no episode term)::
+
+    G'_t    step return of row t (as GiGPO: clean rewards discounted with gamma, the
+            invalid-action penalty charged per ``penalty_mode``)
+    V(s)    mean of G' over the rows of the same group whose anchor_obs equals s
+    r'_t  = G'_t - gamma * G'_{t+1}          (G' = 0 after the trajectory's last row)
+    delta_t = r'_t + gamma * V(s_{t+1}) - V(s_t)   (V = 0 after the last row)
+    A_t   = sum_{l >= 0} (gamma * lam)^l * delta_{t+l}
+    A~_t  = (A_t - mean_g(A)) / (std_g(A) + epsilon)   mean_std_norm, over all rows of group g
+          =  A_t - mean_g(A)                          mean_norm
+
+Choices where the sources are silent, each with its reason:
+
+* ``r'_t`` is the reward implied by the step returns, so that the value proxy and the TD
+  residuals describe the same return. With ``penalty_mode="in_reward"`` (or no invalid rows) it
+  is exactly ``r_t``. With the reference code's ``after_discount`` penalty it is
+  ``r_t - c*invalid_t + gamma*c*invalid_{t+1}``; this is what makes lam = 1 telescope to
+  ``G'_t - V(s_t)`` in both penalty modes.
+* V is pooled over every step of the group (any time index), like GiGPO's anchor groups.
+* A state seen once has V = its own return (its TD error then carries no new information), the
+  natural consequence of the mean; no special case.
+* Normalisation runs over all step rows of the task group; ``mode`` picks z-score or
+  mean-centring, with the same epsilon placement as GiGPO.
+
+lam = 1 makes ``A_t = G'_t - V(s_t)``, GiGPO's step term with ``mode="mean_norm"``. Because V
+is a mean within each anchor group and the anchor groups partition the task group, the group
+mean of ``A`` is then 0, so GAGPO(lam = 1, mode = mean_norm) equals GiGPO's mean_norm step term
+exactly. With mean_std_norm the two differ (GAGPO divides by the task group's std, GiGPO by each
+anchor group's).
+
+Action-level importance ratio: the learner should use one ratio per action,
+``rho_t = exp(mean over the action's response tokens of (logp - logp_old))``, shared by all its
+tokens. :func:`action_level_ratio` computes it; whether a configuration asks for it is answered by
+``agentrl.estimators.uses_action_level_ratio(name, params)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from agentrl.data import StepBatch
+from agentrl.estimators import common
+from agentrl.estimators.registry import MODES, PENALTY_MODES, check_choice, check_range, register_estimator
+
+
+@dataclasses.dataclass(frozen=True)
+class GAGPOParams:
+    gamma: float = common.gamma_field()
+    lam: float = dataclasses.field(default=0.8, metadata={"help": "GAE trace parameter lambda (1: Monte-Carlo)"})
+    mode: str = common.mode_field()
+    epsilon: float = common.epsilon_field()
+    invalid_action_penalty: float = common.penalty_field()
+    penalty_mode: str = common.penalty_mode_field()
+    action_level_ratio: bool = dataclasses.field(default=True, metadata={
+        "help": "the learner uses one length-normalised importance ratio per action instead of token ratios"})
+
+    def __post_init__(self) -> None:
+        check_choice("gagpo", "mode", self.mode, MODES)
+        check_choice("gagpo", "penalty_mode", self.penalty_mode, PENALTY_MODES)
+        check_range("gagpo", "gamma", self.gamma, 0.0, 1.0)
+        check_range("gagpo", "lam", self.lam, 0.0, 1.0)
+
+
+def grouped_value_proxy(step_return: torch.Tensor, anchor: torch.Tensor, num_anchor: int) -> torch.Tensor:
+    """V(s) per row: the mean step return of the rows in the row's anchor group."""
+    total = common.segment_sum(step_return, anchor, num_anchor)
+    return (total / common.segment_count(anchor, num_anchor).clamp_min(1))[anchor]
+
+
+def gae_advantages(step_return: torch.Tensor, value: torch.Tensor, layout: common.TrajectoryLayout,
+                   gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw GAE advantage and TD residual per row (before group normalisation)."""
+    implied_reward = step_return - gamma * layout.next_row_values(step_return)
+    delta = implied_reward + gamma * layout.next_row_values(value) - value
+    return layout.discounted_sum(delta, gamma * lam), delta
+
+
+def action_level_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Per row: mean over the trained response tokens of ``logprobs - old_logprobs`` (0 if none)."""
+    mask = response_mask.to(logprobs.dtype)
+    length = mask.sum(dim=1)
+    return ((logprobs - old_logprobs) * mask).sum(dim=1) / length.clamp_min(1)
+
+
+def action_level_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Per row: the length-normalised (geometric-mean) importance ratio of the whole action."""
+    return torch.exp(action_level_log_ratio(logprobs, old_logprobs, response_mask))
+
+
+@register_estimator("gagpo", GAGPOParams)
+def gagpo_advantages(batch: StepBatch, params: GAGPOParams, state=None) -> tuple[torch.Tensor, dict[str, float]]:
+    layout = common.TrajectoryLayout.of(batch)
+    returns = common.row_returns(batch, layout, params.gamma, params.invalid_action_penalty, params.penalty_mode)
+    group, num_groups = batch.group_segments()
+    anchor, num_anchor = common.anchor_segments(batch, group)
+    value = grouped_value_proxy(returns.step_return, anchor, num_anchor)
+    raw, delta = gae_advantages(returns.step_return, value, layout, params.gamma, params.lam)
+    adv = common.normalise_in_segments(raw, group, num_groups, params.mode == "mean_std_norm", params.epsilon, "keep")
+    diagnostics = {
+        "num_groups": float(num_groups),
+        "num_state_groups": float(num_anchor),
+        "state_singleton_rate": common.singleton_rate(anchor, num_anchor),
+        "mean_state_group_size": common.mean_segment_size(anchor, num_anchor),
+        "td_residual_abs_mean": float(delta.abs().mean()) if len(batch) else 0.0,
+        "raw_advantage_std": float(raw.std()) if len(batch) > 1 else 0.0,
+    }
+    return adv.to(torch.float32), diagnostics
