@@ -210,7 +210,7 @@ def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 # ------------------------------------------------------------------------------------- the API
 def load_config(recipe: str | None, overrides: list[str] | None = None) -> Config:
     """Compose ``recipe`` (a name or a YAML path; None = defaults only) with ``overrides``."""
-    merged: dict[str, Any] = {}
+    merged: dict[str, Any] = dataclasses.asdict(Config())
     if recipe:
         for layer in compose_recipe(recipe_path(recipe)):
             _merge(merged, layer)

@@ -106,7 +106,9 @@ class RolloutConfig:
                                choices=("error", "left"))
     invalid_action_penalty: float = F(0.1, "subtracted from the step reward when the response has no valid action",
                                       min=0)
-    enable_thinking: bool = F(True, "ask for <think>...</think> before <action>...</action>")
+    enable_thinking: bool = F(True, "ask for <think>...</think> before <action>...</action> (and require it)")
+    prompt_style: str = F("full", "full = the reference framework's prompt wording; compact = same content, "
+                          "fewer words (tiny models)", choices=("full", "compact"))
     vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)
 
 

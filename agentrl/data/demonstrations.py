@@ -1,0 +1,57 @@
+"""Expert demonstrations: (prompt, response) pairs from the environments' solvers.
+
+They are the SFT warm-start data and the text a tiny model's tokenizer is trained on. Each
+episode is played by the environment's expert solver and rendered step by step with the same
+prompt builder the rollout uses, so SFT sees exactly the prompts RL will show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from agentrl.envs import TaskRef, make_env
+from agentrl.rollout.prompts import History, build_prompt_text, format_response
+from agentrl.rollout.parsing import LOWERCASE_ENVS
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    prompt: str          # user-message text (before the chat template)
+    response: str        # the well-formed response with the expert action
+    task_type: str
+    task: TaskRef
+    step: int
+
+
+def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequence[int], *, history_length: int,
+                    think: bool, style: str) -> Iterator[Demonstration]:
+    """Play the expert on each task and yield one demonstration per step (only won episodes)."""
+    env = make_env(env_name, **dict(env_kwargs))
+    for index in indices:
+        task = TaskRef(split, int(index))
+        obs, info = env.reset(task)
+        history, steps = History(), []
+        for step, action in enumerate(env.expert_actions()):
+            prompt = build_prompt_text(env_name, info["task"], obs, history, info["admissible_actions"],
+                                       history_length=history_length, think=think, style=style)
+            shown = action.lower() if env_name in LOWERCASE_ENVS else action
+            thought = f"The next step toward the goal is: {shown}." if think else None
+            steps.append(Demonstration(prompt, format_response(shown, thought), str(info["task_type"]), task, step))
+            history.add(obs, shown)
+            obs, _reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        if info.get("won"):
+            yield from steps
+
+
+def corpus_texts(env_name: str, env_kwargs: dict, split: str, num_tasks: int, *, history_length: int, think: bool,
+                 style: str, split_size: int | None = None) -> list[str]:
+    """Texts for tokenizer training: rendered prompts and responses of expert episodes."""
+    env = make_env(env_name, **dict(env_kwargs))
+    size = split_size or env.split_sizes()[split]
+    indices = range(min(num_tasks, size))
+    return [f"user\n{d.prompt}\nassistant\n{d.response}\n" for d in
+            expert_episodes(env_name, env_kwargs, split, indices, history_length=history_length, think=think,
+                            style=style)]

@@ -1,0 +1,124 @@
+"""Where a policy comes from: a tiny model built here, a local directory, or a hub name.
+
+Everything ends as an ordinary Hugging Face model directory (``config.json``, weights, tokenizer
+files, chat template) that ``AutoModelForCausalLM.from_pretrained`` and
+``AutoTokenizer.from_pretrained`` load, so the rollout backends (torch, vLLM) and the learner all
+read the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from agentrl.errors import UsageError
+from agentrl.models.architectures import QWEN25_ARCHITECTURES, build_tiny_model, qwen25_config
+from agentrl.models.tokenizer import save_tokenizer, train_tokenizer
+
+TINY = "tiny"
+
+
+def resolve_dtype(name: str, device: str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def is_model_dir(path: str | os.PathLike) -> bool:
+    return (Path(path) / "config.json").is_file()
+
+
+def load_tokenizer(name_or_path: str | os.PathLike):
+    """A tokenizer from a directory or hub name, with a clear error when it cannot be found."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot load a tokenizer from {str(name_or_path)!r}: {err}. Pass a directory that "
+                         "holds tokenizer files (tokenizer.name_or_path=...) or a model you have downloaded.") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa",
+               trust_remote_code: bool = False) -> PreTrainedModel:
+    """A causal LM from a directory or hub name, with a clear error when it cannot be found."""
+    try:
+        return AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype,
+                                                    attn_implementation=attn_implementation,
+                                                    trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        local = Path(str(name_or_path)).exists()
+        fix = ("the directory has no loadable model (config.json + weights)" if local else
+               "it is not a local directory and is not in the Hugging Face cache; download it "
+               f"(`huggingface-cli download {name_or_path}`), point model.name_or_path at a local copy, "
+               "or set model.random_init=true to build the architecture with random weights")
+        raise UsageError(f"cannot load model {str(name_or_path)!r}: {fix} ({type(err).__name__})") from None
+
+
+def _write_model_dir(model: PreTrainedModel, tokenizer, out_dir: Path) -> Path:
+    """Save model + tokenizer into ``out_dir`` atomically (a crash leaves no half directory)."""
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(str(tmp))
+    save_tokenizer(tokenizer, tmp)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def prepare_initial_model(model_cfg, tokenizer_cfg, out_dir: str | os.PathLike,
+                          corpus: Callable[[], Iterable[str]] | None = None, seed: int = 0) -> str:
+    """Make sure the starting policy exists as a Hugging Face directory; return what to load.
+
+    * ``tiny``: train a tokenizer on ``corpus()`` (the environment's text) and build the tiny
+      model from ``model_cfg.tiny`` with random weights (deterministic for ``seed``);
+    * ``random_init`` with a known architecture name: that architecture with random weights and
+      the named tokenizer (or, when unavailable, one trained on ``corpus()``);
+    * otherwise nothing is written: the directory or hub name is returned as it is.
+    """
+    out_dir = Path(out_dir)
+    if is_model_dir(out_dir):
+        return str(out_dir)
+    name = model_cfg.name_or_path
+    if name == TINY:
+        if corpus is None:
+            raise ValueError("a tiny model needs a text corpus to train its tokenizer")
+        tokenizer = (load_tokenizer(tokenizer_cfg.name_or_path) if tokenizer_cfg.name_or_path else
+                     train_tokenizer(corpus(), tokenizer_cfg.vocab_size, tokenizer_cfg.train_kind))
+        model = build_tiny_model(model_cfg.tiny, tokenizer, seed=seed)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        return str(_write_model_dir(model, tokenizer, out_dir))
+    if model_cfg.random_init:
+        if name not in QWEN25_ARCHITECTURES and not is_model_dir(name):
+            raise UsageError(f"model.random_init=true needs a known architecture ({', '.join(QWEN25_ARCHITECTURES)}) "
+                             f"or a directory with a config.json; got {name!r}")
+        try:
+            tokenizer = load_tokenizer(tokenizer_cfg.name_or_path or name)
+        except UsageError:
+            if corpus is None:
+                raise
+            tokenizer = train_tokenizer(corpus(), tokenizer_cfg.vocab_size, tokenizer_cfg.train_kind)
+        if is_model_dir(name):
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(name)
+        else:
+            config = qwen25_config(name, vocab_size=max(len(tokenizer), QWEN25_ARCHITECTURES[name]["vocab_size"]))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(config)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        return str(_write_model_dir(model, tokenizer, out_dir))
+    return str(name)
+
+
+__all__ = ["TINY", "is_model_dir", "load_model", "load_tokenizer", "prepare_initial_model", "resolve_dtype"]

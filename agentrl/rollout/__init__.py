@@ -1,0 +1,1 @@
+"""Multi-turn rollout: prompts, response parsing, generation backends and the rollout engine."""

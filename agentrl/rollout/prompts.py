@@ -1,0 +1,108 @@
+"""Prompts for one environment step, in the reference framework's structure.
+
+Every step's prompt is one user message rendered with the model's chat template. It holds the
+task, the last K (observation, action) pairs, the current observation and the admissible
+actions, then the instruction to answer with ``<think>...</think>`` (optional) and
+``<action>...</action>``. Step 0 (or K = 0) uses the template without history.
+
+``style="full"`` follows verl-agent's wording structure for each environment; ``style="compact"``
+keeps the same content without the preamble sentences (shorter prompts for tiny CPU models).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PREAMBLE = {
+    "alfworld": "You are an expert agent operating in the ALFRED Embodied Environment.",
+    "webshop": "You are an expert autonomous agent operating in the WebShop e-commerce environment.",
+    "textcraft": "You are an expert agent crafting items in a Minecraft-like environment.",
+}
+EXTRA_ADVICE = {
+    "webshop": " Think carefully about which admissible action best advances the shopping goal.",
+}
+THINK_INSTRUCTION = (
+    "Now it's your turn to take an action. You should first reason step-by-step about the current situation; "
+    "this reasoning MUST be enclosed within <think> </think> tags. Once you have finished reasoning, choose one "
+    "admissible action for the current step and present it within <action> </action> tags."
+)
+ACTION_INSTRUCTION = (
+    "Now it's your turn to take an action. Choose one admissible action for the current step and present it "
+    "within <action> </action> tags."
+)
+
+
+@dataclass
+class History:
+    """Observations (before each action) and the parsed actions of one episode so far."""
+
+    observations: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+
+    def add(self, observation: str, action: str) -> None:
+        self.observations.append(observation)
+        self.actions.append(action)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def render(self, window: int) -> str:
+        start = max(0, len(self) - window)
+        return "\n".join(f"[Observation {i + 1}: '{self.observations[i]}', Action {i + 1}: '{self.actions[i]}']"
+                         for i in range(start, len(self)))
+
+
+def format_admissible(actions: list[str], env_name: str) -> str:
+    actions = [a for a in actions if a != "help"]
+    if env_name == "alfworld":
+        return "\n " + "\n ".join(actions) + "\n"
+    return ", ".join(f"'{a}'" for a in actions)
+
+
+def build_prompt_text(env_name: str, task: str, observation: str, history: History, admissible: list[str],
+                      history_length: int = 2, think: bool = True, style: str = "full") -> str:
+    """The user-message text of one step."""
+    instruction = (THINK_INSTRUCTION if think else ACTION_INSTRUCTION) + EXTRA_ADVICE.get(env_name, "")
+    actions = format_admissible(admissible, env_name) if admissible else ""
+    lines: list[str] = []
+    steps_done = len(history)
+    use_history = history_length > 0 and steps_done > 0
+    shown = min(history_length, steps_done)
+    if style == "compact":
+        lines.append(f"Task: {task}")
+        if use_history:
+            lines.append(f"Last {shown} of {steps_done} steps:\n{history.render(history_length)}")
+        lines.append(f"Observation: {observation}")
+        if actions:
+            lines.append(f"Admissible actions: [{actions}]")
+        lines.append("Answer with <action> </action>." if not think else instruction)
+        return "\n".join(lines)
+    if style != "full":
+        raise ValueError(f"unknown prompt style {style!r}: use full or compact")
+    preamble = PREAMBLE.get(env_name, "You are an expert agent.")
+    if not use_history:
+        lines.append(f"{preamble} Your task is to: {task}")
+        lines.append(f"Your current observation is: {observation}")
+    else:
+        lines.append(f"{preamble} Your task is to: {task}")
+        lines.append(f"Prior to this step, you have already taken {steps_done} step(s). Below are the most recent "
+                     f"{shown} observations and the corresponding actions you took:\n{history.render(history_length)}")
+        lines.append(f"You are now at step {steps_done + 1} and your current observation is: {observation}")
+    if actions:
+        lines.append(f"Your admissible actions of the current situation are: [{actions}].")
+    lines.append("")
+    lines.append(instruction)
+    return "\n".join(lines)
+
+
+def render_chat(tokenizer, user_text: str) -> str:
+    """The prompt string the model sees: the chat template with the generation prompt appended."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": user_text}], add_generation_prompt=True,
+                                         tokenize=False)
+
+
+def format_response(action: str, thought: str | None = None) -> str:
+    """A well-formed response (used for expert demonstrations in SFT)."""
+    if thought is not None:
+        return f"<think>{thought}</think><action>{action}</action>"
+    return f"<action>{action}</action>"

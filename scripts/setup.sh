@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up agentrl in ./.venv (idempotent: a second run only checks what is there).
+# CPU machines: torch==2.13.0 is installed first (the CPU wheel), so nothing pulls CUDA wheels.
+# GPU machines: set AGENTRL_TORCH="torch" (or a CUDA build) and AGENTRL_EXTRAS="dev,vllm".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${AGENTRL_VENV:-.venv}
+TORCH_SPEC=${AGENTRL_TORCH:-torch==2.13.0}
+EXTRAS=${AGENTRL_EXTRAS:-dev}
+export PIP_DISABLE_PIP_VERSION_CHECK=1 DS_BUILD_OPS=0
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP="$VENV/bin/python -m pip"
+stamp="$VENV/.agentrl-setup-$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12)"
+if [ -f "$stamp" ]; then
+  echo "[setup] $VENV is up to date"
+  exit 0
+fi
+start=$(date +%s)
+$PIP install -q "$TORCH_SPEC" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+$VENV/bin/python -c "import torch" || { echo "[setup] torch failed to install" >&2; exit 1; }
+$PIP install -q -e ".[$EXTRAS]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+$VENV/bin/python -c "import agentrl, ray, deepspeed, transformers" || { echo "[setup] install failed" >&2; exit 1; }
+rm -f "$VENV"/.agentrl-setup-*
+touch "$stamp"
+echo "[setup] done in $(( $(date +%s) - start )) s"

@@ -1,0 +1,106 @@
+"""Config: every shipped recipe validates; overrides, unknown keys and bad values fail clearly."""
+
+import dataclasses
+
+import pytest
+
+from agentrl.config import Config, load_config, parse_overrides, recipe_names
+from agentrl.config.loading import ALL_KEYS, build_dataclass
+from agentrl.errors import UsageError
+
+ENVS, ESTIMATORS, MODELS = ("alfworld", "webshop", "textcraft"), ("grpo", "gigpo", "gagpo", "bipace"), \
+    ("qwen1.5b", "qwen7b", "tiny")
+
+
+def test_exactly_the_36_recipes_ship():
+    expected = {f"{e}_{a}_{m}" for e in ENVS for a in ESTIMATORS for m in MODELS}
+    assert set(recipe_names()) == expected
+
+
+@pytest.mark.parametrize("name", recipe_names())
+def test_every_recipe_loads_and_matches_its_name(name):
+    env, estimator, model = name.split("_")
+    cfg = load_config(name)
+    assert cfg.env.name == env
+    assert cfg.algorithm.estimator == estimator
+    assert cfg.description
+    if model == "tiny":
+        assert cfg.model.name_or_path == "tiny" and cfg.rollout.backend == "torch"
+    else:
+        assert cfg.model.name_or_path.startswith("Qwen/Qwen2.5-")
+        # the papers' settings
+        assert cfg.env.group_size == 8 and cfg.env.tasks_per_iteration == 16
+        assert cfg.learner.lr == 1e-6 and cfg.learner.kl_type == "low_var_kl" and cfg.learner.kl_coef == 0.01
+        assert cfg.algorithm.gamma == 0.95 and cfg.env.history_length == 2
+        assert cfg.trainer.iterations == 150
+        assert cfg.env.max_steps == {"alfworld": 50, "webshop": 15, "textcraft": 40}[env]
+
+
+def test_bipace_layer_and_eps_follow_model_size():
+    big, small = load_config("alfworld_bipace_qwen7b"), load_config("alfworld_bipace_qwen1.5b")
+    assert (big.algorithm.bipace.hidden_layer, big.algorithm.bipace.eps) == (-8, 0.10)
+    assert (small.algorithm.bipace.hidden_layer, small.algorithm.bipace.eps) == (-12, 0.05)
+
+
+def test_override_changes_one_field_and_keeps_the_rest():
+    base = load_config("alfworld_bipace_qwen7b")
+    cfg = load_config("alfworld_bipace_qwen7b", ["learner.lr=2e-6", "env.kwargs.foo=3"])
+    assert cfg.learner.lr == 2e-6
+    assert cfg.env.kwargs == {"foo": 3}
+    assert dataclasses.replace(cfg.learner, lr=base.learner.lr) == base.learner
+
+
+def test_interpolation_between_keys():
+    cfg = load_config(None, ["eval.num_tasks=${env.tasks_per_iteration}"])
+    assert cfg.eval.num_tasks == cfg.env.tasks_per_iteration
+
+
+def test_unknown_key_names_path_and_closest_key():
+    with pytest.raises(UsageError, match=r"`learner\.lrr`.*`learner\.lr`"):
+        load_config("alfworld_bipace_qwen7b", ["learner.lrr=1"])
+    with pytest.raises(UsageError, match=r"`algorithm\.bipace\.epss`.*`algorithm\.bipace\.eps`"):
+        load_config(None, ["algorithm.bipace.epss=0.1"])
+
+
+@pytest.mark.parametrize("override, field, accepted", [
+    ("learner.lr=-1", "learner.lr", "> 0"),
+    ("env.name=minecraft", "env.name", "alfworld, webshop, textcraft"),
+    ("env.group_size=two", "env.group_size", "int"),
+    ("learner.zero_stage=5", "learner.zero_stage", "0, 1, 2, 3"),
+    ("rollout.top_p=1.5", "rollout.top_p", "<= 1"),
+    ("trainer.eval_before_train=3", "trainer.eval_before_train", "bool"),
+])
+def test_bad_values_name_field_and_what_it_accepts(override, field, accepted):
+    with pytest.raises(UsageError) as err:
+        load_config(None, [override])
+    assert f"`{field}`" in str(err.value) and accepted in str(err.value)
+
+
+def test_unknown_recipe_lists_close_names():
+    with pytest.raises(UsageError, match="alfworld_bipace_qwen7b"):
+        load_config("alfworld_bipace_qwen8b")
+
+
+def test_parse_overrides_splits_recipe_and_rejects_non_assignments():
+    assert parse_overrides(["recipe=x", "a.b=1"]) == ("x", ["a.b=1"])
+    with pytest.raises(UsageError, match="not key=value"):
+        parse_overrides(["learner.lr"])
+
+
+def test_every_field_has_help_text():
+    import typing
+
+    def walk(cls):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help text"
+            if dataclasses.is_dataclass(hints[f.name]):
+                walk(hints[f.name])
+
+    walk(Config)
+    assert "learner.lr" in ALL_KEYS and "algorithm.bipace.eps" in ALL_KEYS
+
+
+def test_build_rejects_a_section_that_is_not_a_mapping():
+    with pytest.raises(UsageError, match="`learner` must be a mapping"):
+        build_dataclass(Config, {"learner": 3})

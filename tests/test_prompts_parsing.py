@@ -1,0 +1,70 @@
+"""Prompt building (history window, templates) and response parsing (validity, fallbacks)."""
+
+from hypothesis import given, settings, strategies as st
+
+from agentrl.rollout.parsing import parse_response
+from agentrl.rollout.prompts import History, build_prompt_text, format_response
+
+
+def test_first_step_prompt_has_task_observation_actions_and_instruction():
+    text = build_prompt_text("alfworld", "put a clean mug in coffeemachine.", "You are in the middle of a room.",
+                             History(), ["go to cabinet 1", "help", "look"], history_length=2, think=True)
+    assert "ALFRED Embodied Environment" in text and "Your task is to: put a clean mug in coffeemachine." in text
+    assert "Your current observation is: You are in the middle of a room." in text
+    assert "\n go to cabinet 1\n look\n" in text and "help" not in text  # help is dropped, one per line
+    assert "<think> </think>" in text and "<action> </action>" in text
+    assert "Prior to this step" not in text
+
+
+def test_history_window_shows_only_the_last_k_steps():
+    history = History()
+    for i in range(4):
+        history.add(f"obs{i}", f"act{i}")
+    text = build_prompt_text("textcraft", "craft stick.", "obs4", history, [], history_length=2, think=False)
+    assert "already taken 4 step(s)" in text and "most recent 2 observations" in text
+    assert "[Observation 3: 'obs2', Action 3: 'act2']" in text and "[Observation 4: 'obs3', Action 4: 'act3']" in text
+    assert "obs1" not in text and "You are now at step 5 and your current observation is: obs4" in text
+    assert "<think>" not in text
+    compact = build_prompt_text("textcraft", "craft stick.", "obs4", history, ["inventory"], history_length=2,
+                                think=False, style="compact")
+    assert compact.startswith("Task: craft stick.") and "act2" in compact and "act1" not in compact
+    assert len(compact) < len(text)
+
+
+def test_webshop_prompt_quotes_actions_and_adds_its_advice():
+    text = build_prompt_text("webshop", "i need a red shirt", "WebShop [SEP] Search", History(),
+                             ["search[<your query>]", "click[next >]"], think=True)
+    assert "'search[<your query>]', 'click[next >]'" in text and "shopping goal" in text
+
+
+def test_parse_valid_response_with_and_without_thinking():
+    r = parse_response("<think>go</think><action> Go To Cabinet 1 </action>", "alfworld", require_think=True)
+    assert (r.action, r.valid, r.thought) == ("go to cabinet 1", True, "go")
+    r = parse_response("<action>craft 4 stick using 2 oak planks</action>", "textcraft")
+    assert r.valid and r.action == "craft 4 stick using 2 oak planks"
+    assert format_response("get 1 oak logs") == "<action>get 1 oak logs</action>"
+
+
+def test_parse_invalid_responses_fall_back_to_the_tail_of_the_text():
+    r = parse_response("I think I should look around the room and then act", "alfworld")
+    assert not r.valid and r.action == "ook around the room and then act"[-30:]
+    r = parse_response("<action>look</action>", "alfworld", require_think=True)
+    assert not r.valid and r.action == "look" and "think" in r.reason
+    assert not parse_response("<think>x</think><action>去厨房</action>", "alfworld").valid
+    assert not parse_response("<action></action>", "textcraft").valid
+    assert not parse_response("<action>look", "alfworld").valid
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=2000) | st.builds(lambda a, b: a + "<action>" + b, st.text(max_size=50), st.text(max_size=50)))
+def test_parser_never_raises_and_bounds_the_action(text):
+    r = parse_response(text, "alfworld", require_think=True)
+    assert isinstance(r.action, str) and len(r.action) <= 512
+    assert "\x00" not in r.action
+
+
+def test_parser_handles_huge_and_control_character_input():
+    r = parse_response("<action>" + "a" * 10_000 + "</action>", "textcraft")
+    assert not r.valid and len(r.action) == 512
+    r = parse_response("<action>look\x00\x07</action>", "alfworld")
+    assert r.valid and r.action == "look"
