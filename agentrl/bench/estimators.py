@@ -1,0 +1,166 @@
+"""``agentrl bench estimators``: time every advantage estimator on an ALFWorld-sized batch.
+
+Workload (defaults): 16 groups x 8 trajectories x 50 steps = 6,400 step records, hidden size
+3,584 (Qwen2.5-7B). Each group walks a small state graph of its own (a shared first
+observation, rooms of related states, revisits and loops), so anchor observations repeat the way
+they do in ALFWorld; hidden states are a per-state vector plus per-record noise of varying
+size, so some revisits fall outside the clustering radius. About 10 % of the actions are
+invalid (reward -0.1) and about a third of the trajectories win (reward 10 at their last step).
+
+Every estimator is timed (median of ``--repeats`` runs) against the per-record Python reference
+of :mod:`agentrl.bench.estimators_reference`, run once, and the two outputs must agree to 1e-6
+(absolute plus relative).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+
+import torch
+
+from agentrl.data import StepBatch
+
+HELP = "time the advantage estimators (6,400 step records, hidden 3,584) against per-record references"
+
+# (label, estimator name, params)
+CASES = (
+    ("grpo", "grpo", {}),
+    ("rloo", "rloo", {}),
+    ("gigpo", "gigpo", {}),
+    ("gigpo_similarity", "gigpo", {"enable_similarity": True, "similarity_thresh": 0.95}),
+    ("gagpo", "gagpo", {}),
+    ("bipace_q", "bipace", {"pace": "q"}),
+    ("bipace_first_token", "bipace", {"pace": "first_token"}),
+    ("bipace_q_mean_centroid", "bipace", {"pace": "q", "centroid": "mean"}),
+)
+
+ROOMS = ("countertop", "cabinet", "drawer", "fridge", "sinkbasin", "shelf", "microwave", "stoveburner")
+OBJECTS = ("mug", "apple", "knife", "plate", "bowl", "spoon", "cup", "egg", "bread", "lettuce")
+
+
+def _observation(group: int, state: int, rng: torch.Generator) -> str:
+    room = ROOMS[state % len(ROOMS)]
+    picks = torch.randint(0, len(OBJECTS), (3,), generator=rng).tolist()
+    things = ", ".join(f"a {OBJECTS[p]} {1 + (p + state) % 3}" for p in picks)
+    return f"You arrive at {room} {1 + state // len(ROOMS)}. On the {room} {1 + state // len(ROOMS)}, you see {things}."
+
+
+def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int = 50, hidden_size: int = 3584,
+                  states_per_group: int = 40, seed: int = 0) -> StepBatch:
+    """A synthetic StepBatch with realistic state repetition (see the module docstring)."""
+    rng = torch.Generator().manual_seed(seed)
+    per_group = max(1, num_trajectories // num_groups)
+    n = num_groups * per_group * steps
+    state_obs = [[("Welcome to task %d. Your task is to: put a clean mug in the cabinet." % g) if s == 0
+                  else _observation(g, s, rng) for s in range(states_per_group)] for g in range(num_groups)]
+    room_vec = torch.randn(num_groups, len(ROOMS), hidden_size, generator=rng)
+    own_vec = torch.randn(num_groups, states_per_group, hidden_size, generator=rng)
+    room_of = torch.arange(states_per_group) % len(ROOMS)
+    base = room_vec[:, room_of] * 0.6 + own_vec                                    # [G, S, d]
+
+    group = torch.arange(num_groups).repeat_interleave(per_group * steps)
+    traj = torch.arange(num_groups * per_group).repeat_interleave(steps)
+    step = torch.arange(steps).repeat(num_groups * per_group)
+    # random walk on a ring of states with jumps; step 0 is the shared intro observation
+    moves = torch.randint(-2, 3, (num_groups * per_group, steps), generator=rng)
+    jumps = torch.rand(num_groups * per_group, steps, generator=rng) < 0.1
+    moves = torch.where(jumps, torch.randint(0, states_per_group, moves.shape, generator=rng), moves)
+    moves[:, 0] = 0
+    state = (torch.cumsum(moves, dim=1) % (states_per_group - 1)) + 1
+    state[:, 0] = 0
+    state = state.reshape(-1)
+
+    invalid = torch.rand(n, generator=rng) < 0.10
+    won = torch.rand(num_groups * per_group, generator=rng) < 0.35
+    reward = torch.where(invalid, torch.tensor(-0.1), torch.tensor(0.0))
+    last = step == steps - 1
+    reward = reward + torch.where(last & won[traj], torch.tensor(10.0), torch.tensor(0.0))
+    action_choice = torch.randint(0, 4, (n,), generator=rng)
+    actions = [f"go to {ROOMS[(s + a) % len(ROOMS)]} {1 + a}" if not bad else ""
+               for s, a, bad in zip(state.tolist(), action_choice.tolist(), invalid.tolist())]
+    response_len = 24
+    response = torch.randint(10, 30000, (n, response_len), generator=rng)
+    response[:, :8] = (state[:, None] * 7 + action_choice[:, None] * 131 + torch.arange(8)) % 30000
+    noise_scale = 0.1 + 0.4 * torch.rand(n, 1, generator=rng)
+    hidden = base[group, state] + noise_scale * torch.randn(n, hidden_size, generator=rng)
+    episode_return = torch.zeros(num_groups * per_group).index_add_(0, traj, reward)[traj]
+    return StepBatch(
+        group_id=group, traj_id=traj, step=step,
+        prompt_ids=torch.ones(n, 4, dtype=torch.int64), prompt_lengths=torch.full((n,), 4),
+        response_ids=response, response_mask=torch.ones(n, response_len), rollout_logprobs=torch.zeros(n, response_len),
+        reward=reward, done=last, episode_return=episode_return, success=won[traj], action_valid=~invalid,
+        anchor_obs=[state_obs[g][s] for g, s in zip(group.tolist(), state.tolist())], action=actions,
+        task_type=["pick_clean_then_place"] * n, hidden=hidden,
+    )
+
+
+def _time_ms(fn, repeats: int) -> float:
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(runs)
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--trajectories", type=int, default=128, help="trajectories in the batch (default 128)")
+    parser.add_argument("--groups", type=int, default=16, help="task groups (default 16)")
+    parser.add_argument("--steps", type=int, default=50, help="steps per trajectory (default 50)")
+    parser.add_argument("--hidden-size", type=int, default=3584, help="hidden state size (default 3584)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs per estimator; the median is reported")
+    parser.add_argument("--only", nargs="*", default=None, help="case labels to run (default: all)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args) -> int:
+    from agentrl.bench.estimators_reference import reference_advantages
+    from agentrl.estimators import compute_advantages
+
+    batch = make_workload(args.trajectories, args.groups, args.steps, args.hidden_size, seed=args.seed)
+    results: dict[str, dict[str, float]] = {}
+    ok = True
+    for label, name, params in CASES:
+        if args.only and label not in args.only:
+            continue
+        fast, diagnostics = compute_advantages(name, batch, **params)       # warm-up and output check
+        ms = _time_ms(lambda: compute_advantages(name, batch, **params), args.repeats)
+        start = time.perf_counter()
+        reference = reference_advantages(name, batch, **params)
+        reference_ms = (time.perf_counter() - start) * 1e3
+        diff = (fast.double() - reference).abs()
+        agree = bool((diff <= 1e-6 + 1e-6 * reference.abs()).all())
+        ok &= agree
+        results[label] = {"ms": round(ms, 3), "reference_ms": round(reference_ms, 1),
+                          "speedup": round(reference_ms / ms, 1), "max_abs_diff": float(diff.max()),
+                          "agree": agree}
+        for key in ("singleton_rate", "obs_hash_singleton_rate", "step_group_singleton_rate", "mean_cluster_size"):
+            if key in diagnostics:
+                results[label][key] = round(diagnostics[key], 4)
+    summary = {
+        "workload": {"records": len(batch), "trajectories": batch.num_trajectories, "groups": batch.num_groups,
+                     "hidden_size": args.hidden_size},
+        "cpu": cpu_model(), "torch_threads": torch.get_num_threads(), "estimators": results, "all_agree": ok,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{len(batch)} step records, {batch.num_groups} groups, hidden {args.hidden_size}; "
+              f"{summary['cpu']}, {summary['torch_threads']} torch threads")
+        print(f"{'estimator':26s} {'ms':>8s} {'reference ms':>13s} {'speed-up':>9s}  agree")
+        for label, r in results.items():
+            print(f"{label:26s} {r['ms']:8.2f} {r['reference_ms']:13.1f} {r['speedup']:8.1f}x  {r['agree']}")
+    return 0 if ok else 1

@@ -1,0 +1,280 @@
+"""Straightforward per-record Python implementations of the advantage estimators.
+
+They are the yardstick of ``agentrl bench estimators``: written the way the reference code
+reads (dicts of lists, loops over records, a backward loop per trajectory, a distance per
+centroid), they must give the same advantages as :mod:`agentrl.estimators` to 1e-6. They take
+the same params dataclasses, so both sides always mean the same configuration.
+
+As a bench target of its own (``agentrl bench estimators_reference``) this module checks the
+reference against the vectorised estimators on a small batch and prints the largest difference.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections import defaultdict
+
+import torch
+
+from agentrl.data import StepBatch
+
+HELP = "check the per-record reference estimators against agentrl.estimators on a small batch"
+
+
+# ----- helpers ----------------------------------------------------------------------------------------
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _std(xs: list[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = _mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _trajectories(batch: StepBatch) -> dict[int, list[int]]:
+    """Row indices of every trajectory, ordered by step."""
+    traj = defaultdict(list)
+    for i, t in enumerate(batch.traj_id.tolist()):
+        traj[t].append(i)
+    steps = batch.step.tolist()
+    return {t: sorted(rows, key=lambda i: steps[i]) for t, rows in traj.items()}
+
+
+def reference_returns(batch: StepBatch, gamma: float, penalty: float, penalty_mode: str):
+    """(episode score, trajectory return, step return) per row, as Python lists."""
+    n = len(batch)
+    reward = batch.reward.tolist()
+    episode_return = batch.episode_return.tolist()
+    valid = batch.action_valid.tolist()
+    score, traj_return, step_return = [0.0] * n, [0.0] * n, [0.0] * n
+    for rows in _trajectories(batch).values():
+        charged = {i: (penalty if (penalty_mode == "after_discount" and not valid[i]) else 0.0) for i in rows}
+        clean_total = episode_return[rows[0]] + sum(charged.values())
+        running = 0.0
+        for i in reversed(rows):
+            running = (reward[i] + charged[i]) + gamma * running
+            step_return[i] = running - charged[i]
+        for i in rows:
+            traj_return[i] = clean_total
+            score[i] = clean_total - charged[i]
+    return score, traj_return, step_return
+
+
+def _groups(keys: list) -> dict:
+    out = defaultdict(list)
+    for i, k in enumerate(keys):
+        out[k].append(i)
+    return out
+
+
+def reference_episode(batch: StepBatch, score, traj_return, by_std: bool, eps: float, stats: str) -> list[float]:
+    groups = batch.group_id.tolist()
+    out = [0.0] * len(batch)
+    for rows in _groups(groups).values():
+        if stats == "steps":
+            values = [score[i] for i in rows]
+        else:
+            seen, values = set(), []
+            for i in rows:
+                t = int(batch.traj_id[i])
+                if t not in seen:
+                    seen.add(t)
+                    values.append(traj_return[i])
+        mean, std = (0.0, 1.0) if len(values) == 1 else (_mean(values), _std(values))
+        for i in rows:
+            out[i] = (score[i] - mean) / (std + eps) if by_std else score[i] - mean
+    return out
+
+
+def _normalise_step(values: list[float], members: dict, by_std: bool, eps: float) -> list[float]:
+    out = [0.0] * len(values)
+    for rows in members.values():
+        xs = [values[i] for i in rows]
+        mean, std = (xs[0], 1.0) if len(xs) == 1 else (_mean(xs), _std(xs))
+        for i in rows:
+            out[i] = (values[i] - mean) / (std + eps) if by_std else values[i] - mean
+    return out
+
+
+# ----- estimators -------------------------------------------------------------------------------------
+def reference_grpo(batch: StepBatch, p) -> list[float]:
+    score, traj_return, _ = reference_returns(batch, 1.0, p.invalid_action_penalty, p.penalty_mode)
+    return reference_episode(batch, score, traj_return, p.norm_by_std, p.epsilon, p.episode_stats)
+
+
+def reference_rloo(batch: StepBatch, p) -> list[float]:
+    score, traj_return, _ = reference_returns(batch, 1.0, p.invalid_action_penalty, p.penalty_mode)
+    out = [0.0] * len(batch)
+    for rows in _groups(batch.group_id.tolist()).values():
+        if p.episode_stats == "steps":
+            members = {i: score[i] for i in rows}
+            own = {i: i for i in rows}
+        else:
+            members = {int(batch.traj_id[i]): traj_return[i] for i in rows}
+            own = {i: int(batch.traj_id[i]) for i in rows}
+        for i in rows:
+            if len(members) == 1:
+                out[i] = score[i]
+            else:
+                others = [v for k, v in members.items() if k != own[i]]
+                out[i] = score[i] - _mean(others)
+    return out
+
+
+def reference_anchor_groups(batch: StepBatch, similarity: bool, thresh: float) -> dict:
+    members = defaultdict(list)
+    groups = batch.group_id.tolist()
+    reps: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    next_id = 0
+    for i, obs in enumerate(batch.anchor_obs):
+        if not similarity:
+            members[(groups[i], obs)].append(i)
+            continue
+        chosen = None
+        for cid, rep in reps[groups[i]]:
+            if difflib.SequenceMatcher(None, obs, rep).ratio() >= thresh:
+                chosen = cid
+                break
+        if chosen is None:
+            chosen, next_id = next_id, next_id + 1
+            reps[groups[i]].append((chosen, obs))
+        members[chosen].append(i)
+    return members
+
+
+def reference_gigpo(batch: StepBatch, p) -> list[float]:
+    by_std = p.mode == "mean_std_norm"
+    score, traj_return, step_return = reference_returns(batch, p.gamma, p.invalid_action_penalty, p.penalty_mode)
+    episode = reference_episode(batch, score, traj_return, by_std, p.epsilon, p.episode_stats)
+    anchors = reference_anchor_groups(batch, p.enable_similarity, p.similarity_thresh)
+    step = _normalise_step(step_return, anchors, by_std, p.epsilon)
+    return [e + p.step_advantage_w * s for e, s in zip(episode, step)]
+
+
+def reference_gagpo(batch: StepBatch, p) -> list[float]:
+    _, _, step_return = reference_returns(batch, p.gamma, p.invalid_action_penalty, p.penalty_mode)
+    value = [0.0] * len(batch)
+    for rows in reference_anchor_groups(batch, False, 1.0).values():
+        v = _mean([step_return[i] for i in rows])
+        for i in rows:
+            value[i] = v
+    raw = [0.0] * len(batch)
+    for rows in _trajectories(batch).values():
+        running = 0.0
+        for k in reversed(range(len(rows))):
+            i = rows[k]
+            next_return = step_return[rows[k + 1]] if k + 1 < len(rows) else 0.0
+            next_value = value[rows[k + 1]] if k + 1 < len(rows) else 0.0
+            delta = (step_return[i] - p.gamma * next_return) + p.gamma * next_value - value[i]
+            running = delta + p.gamma * p.lam * running
+            raw[i] = running
+    out = [0.0] * len(batch)
+    by_std = p.mode == "mean_std_norm"
+    for rows in _groups(batch.group_id.tolist()).values():
+        xs = [raw[i] for i in rows]
+        mean, std = (0.0, 1.0) if len(xs) == 1 else (_mean(xs), _std(xs))
+        for i in rows:
+            out[i] = (raw[i] - mean) / (std + p.epsilon) if by_std else raw[i] - mean
+    return out
+
+
+def reference_clusters(batch: StepBatch, eps: float, centroid: str) -> list[int]:
+    """Greedy pass, one record at a time, one cosine per existing centroid."""
+    threshold = 1.0 - eps - 1e-6
+    x = torch.nn.functional.normalize(batch.hidden.to(torch.float32), dim=1)
+    label = [0] * len(batch)
+    clusters: dict[int, list[list]] = defaultdict(list)  # group -> [[id, centroid, member sum]]
+    next_id = 0
+    for i, g in enumerate(batch.group_id.tolist()):
+        best, best_sim = None, -float("inf")
+        for entry in clusters[g]:
+            sim = float(torch.dot(entry[1], x[i]))
+            if sim > best_sim:
+                best, best_sim = entry, sim
+        if best is not None and best_sim >= threshold:
+            label[i] = best[0]
+            if centroid == "mean":
+                best[2] = best[2] + x[i]
+                best[1] = best[2] / best[2].norm().clamp_min(1e-12)
+        else:
+            clusters[g].append([next_id, x[i].clone(), x[i].clone()])
+            label[i] = next_id
+            next_id += 1
+    return label
+
+
+def reference_bipace(batch: StepBatch, p, eps: float | None = None) -> list[float]:
+    by_std = p.mode == "mean_std_norm"
+    score, traj_return, step_return = reference_returns(batch, p.gamma, p.invalid_action_penalty, p.penalty_mode)
+    episode = reference_episode(batch, score, traj_return, by_std, p.epsilon, p.episode_stats)
+    labels = reference_clusters(batch, p.eps if eps is None else eps, p.centroid)
+    if p.pace == "first_token":
+        ids, mask = batch.response_ids.tolist(), batch.response_mask.tolist()
+        keys = [tuple(t if m > 0 else -1 for t, m in zip(ids[i][: p.first_token_len], mask[i][: p.first_token_len]))
+                + (-1,) * max(0, p.first_token_len - len(ids[i])) for i in range(len(batch))]
+    else:
+        keys = list(batch.action)
+    members = _groups(labels)
+    if p.pace == "state_only":
+        step = _normalise_step(step_return, members, by_std, p.epsilon)
+    else:
+        step = [0.0] * len(batch)
+        for rows in members.values():
+            if len(rows) == 1:
+                continue
+            returns = [step_return[i] for i in rows]
+            distinct = {keys[i] for i in rows}
+            std = _std(returns)
+            for i in rows:
+                if len(distinct) == 1:
+                    a = step_return[i] - _mean([step_return[j] for j in rows if j != i])
+                elif p.pace == "q":
+                    a = _mean([step_return[j] for j in rows if keys[j] == keys[i]]) - _mean(returns)
+                else:
+                    a = step_return[i] - _mean([step_return[j] for j in rows if keys[j] != keys[i]])
+                step[i] = a / (std + p.epsilon) if p.pace_norm_by_std else a
+    return [e + p.step_advantage_w * s for e, s in zip(episode, step)]
+
+
+REFERENCES = {
+    "grpo": reference_grpo, "rloo": reference_rloo, "gigpo": reference_gigpo, "gagpo": reference_gagpo,
+    "bipace": reference_bipace,
+}
+
+
+def reference_advantages(name: str, batch: StepBatch, **params) -> torch.Tensor:
+    from agentrl.estimators import PARAMS
+    from agentrl.estimators.registry import resolve_params
+
+    resolved = resolve_params(name, PARAMS[name], params)
+    return torch.tensor(REFERENCES[name](batch, resolved), dtype=torch.float64)
+
+
+# ----- bench target -----------------------------------------------------------------------------------
+def add_arguments(parser) -> None:
+    parser.add_argument("--trajectories", type=int, default=32, help="trajectories in the check batch")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args) -> int:
+    from agentrl.bench.estimators import make_workload
+    from agentrl.estimators import compute_advantages
+
+    batch = make_workload(num_trajectories=args.trajectories, num_groups=max(1, args.trajectories // 8),
+                          steps=20, hidden_size=256, seed=args.seed)
+    worst = {}
+    for name in REFERENCES:
+        fast, _ = compute_advantages(name, batch)
+        worst[name] = float((fast.double() - reference_advantages(name, batch)).abs().max())
+    ok = all(v <= 1e-6 + 1e-6 * 10 for v in worst.values())
+    if args.json:
+        print(json.dumps({"max_abs_diff": worst, "ok": ok}))
+    else:
+        for name, diff in worst.items():
+            print(f"{name:8s} max |vectorised - reference| = {diff:.2e}")
+        print("ok" if ok else "MISMATCH")
+    return 0 if ok else 1
