@@ -1,0 +1,256 @@
+"""Policy-optimisation losses: small pure tensor functions (no model, no DeepSpeed).
+
+Shapes: ``logprobs``, ``old_logprobs``, ``ref_logprobs``, ``response_mask`` are ``[N, R]`` (N step
+records, R response tokens, right-padded); ``advantages`` is ``[N]`` (one value per step record,
+broadcast over its tokens) or ``[N, R]``. Formulas, and where they follow verl, in docs/learner.md.
+
+Aggregation and global normalisation
+------------------------------------
+A loss is a masked sum of per-token terms divided by a *denominator*: the number of trained tokens
+(``token-mean``) or the number of step records that have at least one trained token (the two
+``seq-mean-*`` modes). Called on one micro-batch with ``denominator=None`` that is exactly verl's
+``agg_loss``. The learner instead passes the denominator of the whole mini-batch (summed over its
+micro-batches and over all ranks), so the gradients accumulated over micro-batches and averaged
+over ranks equal the gradient of one loss over the whole mini-batch, whatever the split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from agentrl.estimators import action_level_log_ratio
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+KL_TYPES = ("k1", "k2", "low_var_kl")
+LOG_RATIO_CLAMP = 20.0     # verl clamps log-ratios to [-20, 20] before exp
+LOW_VAR_KL_CLAMP = 10.0    # verl clamps the low_var_kl value to [-10, 10]
+# Metrics that are partial sums when a global denominator is passed: they add up over micro-batches
+# and ranks to the mini-batch value. The other metrics are means over the call's trained tokens.
+ADDITIVE_METRICS = ("loss", "pg_loss", "kl_ref", "entropy")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossSettings:
+    """The loss hyper-parameters (``learner.*`` in the config plus the estimator's ratio choice)."""
+
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    dual_clip_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    kl_coef: float = 0.0
+    kl_type: str = "low_var_kl"
+    entropy_coef: float = 0.0
+    action_level_ratio: bool = False
+
+    def __post_init__(self) -> None:
+        if self.loss_agg_mode not in AGG_MODES:
+            raise ValueError(f"loss_agg_mode must be one of {AGG_MODES}, got {self.loss_agg_mode!r}")
+        if self.kl_type not in KL_TYPES:
+            raise ValueError(f"kl_type must be one of {KL_TYPES}, got {self.kl_type!r}")
+        if self.dual_clip_c != 0 and self.dual_clip_c <= 1:
+            raise ValueError(f"dual_clip_c must be 0 (off) or greater than 1, got {self.dual_clip_c}")
+
+    @classmethod
+    def from_config(cls, learner_cfg, action_level_ratio: bool = False) -> "LossSettings":
+        return cls(clip_ratio_low=learner_cfg.clip_ratio_low, clip_ratio_high=learner_cfg.clip_ratio_high,
+                   dual_clip_c=learner_cfg.dual_clip_c, loss_agg_mode=learner_cfg.loss_agg_mode,
+                   kl_coef=learner_cfg.kl_coef, kl_type=learner_cfg.kl_type, entropy_coef=learner_cfg.entropy_coef,
+                   action_level_ratio=action_level_ratio)
+
+
+@dataclasses.dataclass
+class LossOutput:
+    """``loss`` to back-propagate, its parts as floats, and whether the inputs were all finite.
+
+    When ``finite`` is False the loss must not be back-propagated (the learner skips the step).
+    ``num_tokens`` weights ``metrics`` when the learner averages them over micro-batches.
+    """
+
+    loss: torch.Tensor
+    metrics: dict[str, float]
+    finite: bool
+    num_tokens: float
+
+
+# ----------------------------------------------------------------------------------- aggregation
+def _token_mask(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return mask.to(like.dtype)
+
+
+def loss_denominator(response_mask: torch.Tensor, mode: str) -> float:
+    """What ``aggregate`` divides by for this mask: trained tokens, or rows with a trained token."""
+    if mode == "token-mean":
+        return float(response_mask.sum())
+    if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        return float((response_mask.sum(dim=1) > 0).sum())
+    raise ValueError(f"loss_agg_mode must be one of {AGG_MODES}, got {mode!r}")
+
+
+def aggregate(values: torch.Tensor, response_mask: torch.Tensor, mode: str,
+              denominator: Optional[float] = None) -> torch.Tensor:
+    """Reduce per-token ``values`` [N, R] to a scalar (verl's ``agg_loss``).
+
+    * ``token-mean``: sum over all trained tokens / number of trained tokens;
+    * ``seq-mean-token-mean``: per row the mean over its trained tokens, then the mean over rows;
+    * ``seq-mean-token-sum``: per row the sum over its trained tokens, then the mean over rows.
+
+    Rows without trained tokens are left out of the seq means. ``denominator`` replaces the
+    local count (see the module docstring); a zero denominator gives a zero loss.
+    """
+    mask = _token_mask(response_mask, values)
+    masked = torch.where(mask > 0, values, torch.zeros_like(values)) * mask
+    if mode == "token-mean":
+        numerator = masked.sum()
+    elif mode == "seq-mean-token-mean":
+        numerator = (masked.sum(dim=1) / mask.sum(dim=1).clamp_min(1)).sum()
+    elif mode == "seq-mean-token-sum":
+        numerator = masked.sum()
+    else:
+        raise ValueError(f"loss_agg_mode must be one of {AGG_MODES}, got {mode!r}")
+    denom = loss_denominator(response_mask, mode) if denominator is None else float(denominator)
+    return numerator / denom if denom > 0 else numerator * 0.0
+
+
+def masked_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    return aggregate(values, response_mask, "token-mean")
+
+
+# ------------------------------------------------------------------------------------ components
+def importance_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor,
+                         action_level: bool = False) -> torch.Tensor:
+    """Per-token log importance ratio [N, R], clamped to [-20, 20].
+
+    With ``action_level`` every token of a row gets the row's length-normalised log-ratio (the
+    mean over its trained tokens, GAGPO's action-level ratio from :mod:`agentrl.estimators`).
+    """
+    if action_level:
+        per_row = action_level_log_ratio(logprobs, old_logprobs, response_mask)
+        log_ratio = per_row.unsqueeze(1).expand_as(logprobs)
+    else:
+        log_ratio = logprobs - old_logprobs
+    return log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def ppo_clip_token_losses(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_ratio_low: float,
+                          clip_ratio_high: float, dual_clip_c: float = 0.0
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO-clip per-token losses and two indicator tensors (clipped, dual-clipped).
+
+    ``loss = max(-A r, -A clip(r, 1 - low, 1 + high))``; with dual clip (c > 1) and ``A < 0`` the
+    loss is further capped at ``-A c`` (so a huge ratio on a negative advantage cannot explode).
+    """
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+    adv = adv.to(log_ratio.dtype).expand_as(log_ratio)
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    loss = torch.maximum(unclipped, clipped)
+    was_clipped = (clipped > unclipped).to(log_ratio.dtype)
+    if dual_clip_c and dual_clip_c > 0:
+        cap = -adv * dual_clip_c
+        dual_clipped = ((loss > cap) & (adv < 0)).to(log_ratio.dtype)
+        loss = torch.where(adv < 0, torch.minimum(loss, cap), loss)
+    else:
+        dual_clipped = torch.zeros_like(loss)
+    return loss, was_clipped, dual_clipped
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs (verl's ``kl_penalty``).
+
+    * ``k1``: ``log p - log p_ref``;
+    * ``k2``: ``0.5 (log p - log p_ref)^2``;
+    * ``low_var_kl`` (Schulman's k3): ``exp(d) - d - 1`` with ``d = log p_ref - log p`` clamped
+      to [-20, 20], the result clamped to [-10, 10].
+    """
+    if kl_type == "k1":
+        return logprobs - ref_logprobs
+    if kl_type == "k2":
+        return 0.5 * (logprobs - ref_logprobs).square()
+    if kl_type == "low_var_kl":
+        d = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        return (torch.exp(d) - d - 1.0).clamp(-LOW_VAR_KL_CLAMP, LOW_VAR_KL_CLAMP)
+    raise ValueError(f"kl_type must be one of {KL_TYPES}, got {kl_type!r}")
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical distribution at each position: ``logsumexp(z) - sum softmax(z) z``."""
+    logits = logits.float()
+    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Log-probability of ``tokens`` [..., T] under ``logits`` [..., T, V] (float32)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def inputs_finite(response_mask: torch.Tensor, advantages: torch.Tensor, *logprob_tensors: Optional[torch.Tensor]) -> bool:
+    """True when every trained token's log-probs and every advantage are finite (padding ignored)."""
+    trained = response_mask > 0
+    adv = advantages.unsqueeze(1).expand_as(response_mask) if advantages.dim() == 1 else advantages
+    if not bool(torch.isfinite(adv[trained]).all()):
+        return False
+    for tensor in logprob_tensors:
+        if tensor is not None and not bool(torch.isfinite(tensor[trained]).all()):
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------ full loss
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                response_mask: torch.Tensor, settings: LossSettings, ref_logprobs: Optional[torch.Tensor] = None,
+                entropy: Optional[torch.Tensor] = None, denominator: Optional[float] = None) -> LossOutput:
+    """``pg_loss + kl_coef * kl_loss - entropy_coef * entropy`` and its metrics.
+
+    ``entropy`` is the per-token entropy [N, R] (:func:`entropy_from_logits`); it is needed when
+    ``entropy_coef > 0`` and reported when given. ``ref_logprobs`` is needed when ``kl_coef > 0``.
+    Non-finite log-probs or advantages on trained tokens give ``finite=False`` and a zero loss
+    with no graph: the caller must skip the step.
+    """
+    if settings.kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs (the frozen reference model's log-probs)")
+    if settings.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the per-token entropy (entropy_from_logits)")
+    mask = response_mask.to(logprobs.dtype)
+    num_tokens = float(mask.sum())
+    if not inputs_finite(response_mask, advantages, logprobs, old_logprobs,
+                         ref_logprobs if settings.kl_coef > 0 else None):
+        return LossOutput(torch.zeros((), dtype=logprobs.dtype), {"nonfinite_inputs": 1.0}, False, num_tokens)
+
+    mode = settings.loss_agg_mode
+    log_ratio = importance_log_ratio(logprobs, old_logprobs, mask, settings.action_level_ratio)
+    token_loss, was_clipped, dual_clipped = ppo_clip_token_losses(
+        log_ratio, advantages, settings.clip_ratio_low, settings.clip_ratio_high, settings.dual_clip_c)
+    pg_loss = aggregate(token_loss, mask, mode, denominator)
+    loss = pg_loss
+    metrics: dict[str, float] = {}
+    with torch.no_grad():
+        trained = mask > 0
+        ratio = torch.exp(log_ratio)[trained]
+        metrics.update(
+            pg_loss=float(pg_loss.detach()),
+            pg_clipfrac=float(masked_mean(was_clipped, mask)),
+            pg_clipfrac_lower=float(masked_mean(dual_clipped, mask)),
+            # verl's ppo_kl: the k1 estimate of KL(pi_old || pi) on the sampled tokens
+            approx_kl=float(masked_mean(old_logprobs - logprobs, mask)),
+            ratio_mean=float(ratio.mean()) if ratio.numel() else 1.0,
+            ratio_max=float(ratio.max()) if ratio.numel() else 1.0,
+            ratio_min=float(ratio.min()) if ratio.numel() else 1.0,
+        )
+    if ref_logprobs is not None:
+        kl_loss = aggregate(kl_penalty(logprobs, ref_logprobs.to(logprobs.dtype), settings.kl_type), mask, mode,
+                            denominator)
+        if settings.kl_coef > 0:
+            loss = loss + settings.kl_coef * kl_loss
+        metrics["kl_ref"] = float(kl_loss.detach())
+    if entropy is not None:
+        entropy_term = aggregate(entropy.to(logprobs.dtype), mask, mode, denominator)
+        if settings.entropy_coef > 0:
+            loss = loss - settings.entropy_coef * entropy_term
+        metrics["entropy"] = float(entropy_term.detach())
+    metrics["loss"] = float(loss.detach())
+    return LossOutput(loss, metrics, True, num_tokens)
