@@ -23,7 +23,7 @@ from test_webshop_env import write_original_files
 
 def test_loader_normalises_the_original_format(tmp_path):
     write_original_files(tmp_path)
-    data = load_webshop_data(str(tmp_path))
+    data = load_webshop_data(str(tmp_path), spacy_model=None)
     assert [p["asin"] for p in data.products] == ["B000000001", "B000000002", "B000000003"]
     pants, earbuds, blanket = data.products
     assert pants["options"] == {"color": ["navy blue", "khaki"], "size": ["small", "large"]}
@@ -50,12 +50,12 @@ def test_loader_requires_the_three_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="items_human_ins.json"):
         (tmp_path / "items_shuffle_1000.json").write_text("[]")
         (tmp_path / "items_ins_v2_1000.json").write_text("{}")
-        load_webshop_data(str(tmp_path))
+        load_webshop_data(str(tmp_path), spacy_model=None)
 
 
 def test_synthetic_goals_from_items_ins(tmp_path):
     write_original_files(tmp_path)
-    data = load_webshop_data(str(tmp_path), human_goals=False)
+    data = load_webshop_data(str(tmp_path), human_goals=False, spacy_model=None)
     # one goal per option combination of the only product with an instruction (2 colours x 2 sizes)
     goals = data.splits["test"]
     assert len(goals) == 4 and {g["asin"] for g in goals} == {"B000000001"}

@@ -66,7 +66,7 @@ def write_original_files(directory) -> None:
 @pytest.fixture
 def tiny_env(tmp_path):
     write_original_files(tmp_path)
-    env = make_env("webshop", data_dir=str(tmp_path))
+    env = make_env("webshop", data_dir=str(tmp_path), spacy_model=None)
     index = next(i for i, g in enumerate(env.data.splits["test"]) if g["asin"] == "B000000001")
     return env, TaskRef("test", index)
 
@@ -179,7 +179,7 @@ def test_steps_after_the_purchase_stay_terminal(tiny_env):
 
 def test_truncation_at_max_steps(tiny_env):
     env, task = tiny_env
-    short = make_env("webshop", data_dir=env.data.source, max_steps=3)
+    short = make_env("webshop", data_dir=env.data.source, max_steps=3, spacy_model=None)
     short.reset(task)
     flags = [short.step("click[nothing]")[2:4] for _ in range(3)]
     assert flags == [(False, False), (False, False), (False, True)]

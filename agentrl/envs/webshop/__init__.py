@@ -17,7 +17,7 @@ from agentrl.envs.webshop.env import WebShopEnv
 @register_env("webshop")
 def make_webshop(max_steps: int = 15, data_dir: str | None = None,
                  num_products: int | None = None, seed: int = 0, human_goals: bool = True,
-                 spacy_model: str = "en_core_web_sm") -> WebShopEnv:
+                 spacy_model: str | None = "en_core_web_sm") -> WebShopEnv:
     data = load_webshop_data(None if data_dir is None else str(data_dir), num_products,
                              int(seed), bool(human_goals), spacy_model)
     return WebShopEnv(data, max_steps=max_steps)

@@ -39,14 +39,15 @@ class WebShopData:
 @lru_cache(maxsize=8)
 def load_webshop_data(data_dir: str | None = None, num_products: int | None = None,
                       seed: int = 0, human_goals: bool = True,
-                      spacy_model: str = "en_core_web_sm") -> WebShopData:
+                      spacy_model: str | None = "en_core_web_sm") -> WebShopData:
     """Build (or fetch from the per-process cache) the data for one configuration.
 
     ``data_dir``: directory with the original files; ``None`` generates the catalogue.
     ``num_products``: first N products only (default: all original products, or 1,000 generated).
     ``seed``: seeds the draws the original leaves unseeded (range prices, price bounds) and the
     generated catalogue. ``human_goals``: human instructions (default) or the original's
-    templated goals from ``items_ins_v2`` (original data only).
+    templated goals from ``items_ins_v2`` (original data only). ``spacy_model``: the spaCy
+    pipeline that tags nouns for the type reward on original data (``None``: the heuristic tagger).
     """
     if data_dir is None:
         generated = generate_catalogue(num_products or DEFAULT_NUM_PRODUCTS, seed=seed)

@@ -17,6 +17,7 @@ of speech is ``NOUN`` or ``PROPN``. Three taggers implement that contract here
 from __future__ import annotations
 
 import re
+import warnings
 from functools import lru_cache
 from typing import Callable, Iterable, Mapping
 
@@ -108,9 +109,14 @@ class SpacyNounTagger:
         return list(self._cached(text))
 
 
-def spacy_tagger_or_heuristic(model: str = "en_core_web_sm") -> Callable[[str], list[str]]:
-    """spaCy when it and ``model`` are installed, otherwise the heuristic tagger."""
+def spacy_tagger_or_heuristic(model: str | None = "en_core_web_sm") -> Callable[[str], list[str]]:
+    """spaCy when it and ``model`` are installed, otherwise (or for ``model=None``) the heuristic."""
+    if model is None:
+        return HeuristicNounTagger()
     try:
         return SpacyNounTagger(model)
-    except (ImportError, OSError):
+    except (ImportError, OSError) as error:
+        warnings.warn(f"WebShop type reward: spaCy pipeline {model!r} unavailable ({error}); "
+                      "using the heuristic noun tagger, an approximation of the original",
+                      RuntimeWarning, stacklevel=2)
         return HeuristicNounTagger()
