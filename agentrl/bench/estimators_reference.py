@@ -185,23 +185,26 @@ def reference_gagpo(batch: StepBatch, p) -> list[float]:
 def reference_clusters(batch: StepBatch, eps: float, centroid: str) -> list[int]:
     """Greedy pass, one record at a time, one cosine per existing centroid."""
     threshold = 1.0 - eps - 1e-6
-    x = torch.nn.functional.normalize(batch.hidden.to(torch.float32), dim=1)
+    x = batch.hidden.to(torch.float32)
+    norm = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-12)
+    unit = torch.nn.functional.normalize(x, dim=1)
     label = [0] * len(batch)
     clusters: dict[int, list[list]] = defaultdict(list)  # group -> [[id, centroid, member sum]]
     next_id = 0
     for i, g in enumerate(batch.group_id.tolist()):
         best, best_sim = None, -float("inf")
         for entry in clusters[g]:
-            sim = float(torch.dot(entry[1], x[i]))
+            sim = float(torch.dot(entry[1], unit[i])) if centroid == "mean" else \
+                float(torch.dot(x[entry[3]], x[i]) / (norm[entry[3]] * norm[i]))
             if sim > best_sim:
                 best, best_sim = entry, sim
         if best is not None and best_sim >= threshold:
             label[i] = best[0]
             if centroid == "mean":
-                best[2] = best[2] + x[i]
+                best[2] = best[2] + unit[i]
                 best[1] = best[2] / best[2].norm().clamp_min(1e-12)
         else:
-            clusters[g].append([next_id, x[i].clone(), x[i].clone()])
+            clusters[g].append([next_id, unit[i].clone(), unit[i].clone(), i])
             label[i] = next_id
             next_id += 1
     return label

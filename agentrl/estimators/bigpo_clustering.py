@@ -1,7 +1,7 @@
 """BiGPO: greedy single-pass cosine clustering of step hidden states, and eps calibration.
 
 Within each group, rows are visited in batch order; a row joins the cluster whose centroid is
-nearest (largest cosine similarity of the l2-normalised vectors) if the cosine distance
+nearest (largest cosine similarity ``x.y / (|x| |y|)``) if the cosine distance
 ``1 - cos`` is at most ``eps``, otherwise it starts a new cluster. Ties go to the older cluster.
 
 Centroids (the sources do not say which; both are offered):
@@ -35,8 +35,8 @@ def group_row_blocks(group: torch.Tensor, num_groups: int) -> list[torch.Tensor]
     return list(torch.split(order, torch.bincount(group, minlength=num_groups).tolist()))
 
 
-def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> torch.Tensor:
-    """Seed index (local) of every row of one group; ``x`` is l2-normalised, ``threshold`` a cosine."""
+def _seed_clusters(x: torch.Tensor, norm: torch.Tensor, threshold: float, block: int) -> torch.Tensor:
+    """Seed index (local) of every row of one group (``norm``: row norms; ``threshold``: a cosine)."""
     n = x.shape[0]
     best = torch.full((n,), -float("inf"), dtype=x.dtype)
     owner = torch.full((n,), -1, dtype=torch.int64)
@@ -46,7 +46,7 @@ def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> torch.Tenso
         if unmatched.numel() == 0:
             break
         candidates = unmatched[:block] + start
-        sims = x[start:] @ x[candidates].T                      # [n - start, B]
+        sims = (x[start:] @ x[candidates].T) / (norm[start:, None] * norm[candidates][None, :])  # cosines
         among = sims[candidates - start].numpy()                 # candidate x candidate
         accepted: list[int] = []
         for k in range(candidates.numel()):                      # a candidate is a seed unless an
@@ -100,11 +100,15 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
     for rows in group_row_blocks(group, num_groups):
         if rows.numel() == 0:
             continue
-        x = F.normalize(hidden[rows].to(torch.float32), dim=1)
+        first = int(rows[0])
+        contiguous = int(rows[-1]) - first + 1 == rows.numel()
+        x = hidden[first:first + rows.numel()] if contiguous else hidden[rows]   # a view when possible
+        x = x.to(torch.float32)
         if centroid == "seed":
-            local = torch.unique(_seed_clusters(x, threshold, block), return_inverse=True)[1]
+            norm = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-12)
+            local = torch.unique(_seed_clusters(x, norm, threshold, block), return_inverse=True)[1]
         else:
-            local = _mean_clusters(x, threshold)
+            local = _mean_clusters(F.normalize(x, dim=1), threshold)
         labels[rows] = local + offset
         offset += int(local.max()) + 1
     return labels, offset

@@ -57,8 +57,8 @@ def penalty_mode_field():
 # ----- segment statistics ----------------------------------------------------------------------------
 def string_codes(values: Sequence[str]) -> torch.Tensor:
     """Integer code per string (equal strings get equal codes, in order of first appearance)."""
-    index: dict[str, int] = {}
-    return torch.tensor([index.setdefault(v, len(index)) for v in values], dtype=torch.int64)
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}   # distinct strings, first appearance
+    return torch.tensor(list(map(index.__getitem__, values)), dtype=torch.int64)
 
 
 def pair_segments(outer: torch.Tensor, inner: torch.Tensor) -> tuple[torch.Tensor, int]:
