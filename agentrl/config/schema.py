@@ -107,6 +107,8 @@ class RolloutConfig:
     invalid_action_penalty: float = F(0.1, "subtracted from the step reward when the response has no valid action",
                                       min=0)
     enable_thinking: bool = F(True, "ask for <think>...</think> before <action>...</action> (and require it)")
+    show_admissible: bool = F(True, "list the admissible actions in the prompt (TextCraft's original protocol "
+                              "has none: its recipe list is in the task)")
     prompt_style: str = F("full", "full = the reference framework's prompt wording; compact = same content, "
                           "fewer words (tiny models)", choices=("full", "compact"))
     vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from agentrl.envs import TaskRef, make_env
-from agentrl.rollout.prompts import History, build_prompt_text, format_response
+from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
 from agentrl.rollout.parsing import LOWERCASE_ENVS
 
 
@@ -25,15 +25,17 @@ class Demonstration:
 
 
 def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequence[int], *, history_length: int,
-                    think: bool, style: str) -> Iterator[Demonstration]:
+                    think: bool, style: str, show_admissible: bool = True) -> Iterator[Demonstration]:
     """Play the expert on each task and yield one demonstration per step (only won episodes)."""
     env = make_env(env_name, **dict(env_kwargs))
     for index in indices:
         task = TaskRef(split, int(index))
         obs, info = env.reset(task)
+        task_line = task_text(env_name, obs, info)
         history, steps = History(), []
         for step, action in enumerate(env.expert_actions()):
-            prompt = build_prompt_text(env_name, info["task"], obs, history, info["admissible_actions"],
+            admissible = info["admissible_actions"] if show_admissible else []
+            prompt = build_prompt_text(env_name, task_line, obs, history, admissible,
                                        history_length=history_length, think=think, style=style)
             shown = action.lower() if env_name in LOWERCASE_ENVS else action
             thought = f"The next step toward the goal is: {shown}." if think else None
@@ -47,11 +49,11 @@ def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequen
 
 
 def corpus_texts(env_name: str, env_kwargs: dict, split: str, num_tasks: int, *, history_length: int, think: bool,
-                 style: str, split_size: int | None = None) -> list[str]:
+                 style: str, show_admissible: bool = True, split_size: int | None = None) -> list[str]:
     """Texts for tokenizer training: rendered prompts and responses of expert episodes."""
     env = make_env(env_name, **dict(env_kwargs))
     size = split_size or env.split_sizes()[split]
     indices = range(min(num_tasks, size))
     return [f"user\n{d.prompt}\nassistant\n{d.response}\n" for d in
             expert_episodes(env_name, env_kwargs, split, indices, history_length=history_length, think=think,
-                            style=style)]
+                            style=style, show_admissible=show_admissible)]

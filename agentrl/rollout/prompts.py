@@ -52,6 +52,18 @@ class History:
                          for i in range(start, len(self)))
 
 
+def task_text(env_name: str, reset_observation: str, reset_info: dict) -> str:
+    """What the prompt shows as the task for the whole episode.
+
+    TextCraft's crafting commands appear only in the first observation, yet every later step
+    needs them, so its task is that whole first observation (commands + goal). Elsewhere it is
+    the instruction the environment reports in ``info["task"]``.
+    """
+    if env_name == "textcraft":
+        return reset_observation
+    return str(reset_info.get("task", ""))
+
+
 def format_admissible(actions: list[str], env_name: str) -> str:
     actions = [a for a in actions if a != "help"]
     if env_name == "alfworld":
@@ -72,7 +84,8 @@ def build_prompt_text(env_name: str, task: str, observation: str, history: Histo
         lines.append(f"Task: {task}")
         if use_history:
             lines.append(f"Last {shown} of {steps_done} steps:\n{history.render(history_length)}")
-        lines.append(f"Observation: {observation}")
+        if observation != task:
+            lines.append(f"Observation: {observation}")
         if actions:
             lines.append(f"Admissible actions: [{actions}]")
         lines.append("Answer with <action> </action>." if not think else instruction)
@@ -82,7 +95,8 @@ def build_prompt_text(env_name: str, task: str, observation: str, history: Histo
     preamble = PREAMBLE.get(env_name, "You are an expert agent.")
     if not use_history:
         lines.append(f"{preamble} Your task is to: {task}")
-        lines.append(f"Your current observation is: {observation}")
+        if observation != task:  # TextCraft: the first observation is the task itself
+            lines.append(f"Your current observation is: {observation}")
     else:
         lines.append(f"{preamble} Your task is to: {task}")
         lines.append(f"Prior to this step, you have already taken {steps_done} step(s). Below are the most recent "
