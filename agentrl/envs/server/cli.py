@@ -1,0 +1,54 @@
+"""``agentrl envs serve NAME``: run an environment pool standalone over HTTP."""
+
+from __future__ import annotations
+
+import json
+
+from agentrl.envs import ENV_NAMES
+from agentrl.errors import UsageError
+
+
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve", help="serve a pool of environment instances over HTTP (JSON API)",
+        description="Serve SIZE instances of environment NAME over HTTP, for a trainer in another "
+                    "process, virtualenv or machine. API: GET /info, POST /reset, /step, /expert "
+                    "(see docs/environments.md).")
+    p.add_argument("name", help=f"registered environment ({', '.join(ENV_NAMES)})")
+    p.add_argument("--port", type=int, default=8400, help="port of the first shard (default 8400)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; the API has no authentication, so "
+                        "bind a public address only on a trusted network)")
+    p.add_argument("--size", type=int, default=16, help="number of environment instances (default 16)")
+    p.add_argument("--shards", type=int, default=1,
+                   help="processes to spread the instances over, one core each (default 1)")
+    p.add_argument("--env-kwargs", default="{}", metavar="JSON",
+                   help='keyword arguments of the environment factory, e.g. \'{"max_steps": 30}\'')
+    p.add_argument("--max-body-bytes", type=int, default=16 << 20,
+                   help="largest request body accepted (default 16 MiB)")
+    p.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    p.set_defaults(_envs_run=run_serve)
+
+
+def run_serve(args) -> int:
+    from agentrl.envs.server.http_server import serve
+
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--env-kwargs is not valid JSON: {err}") from None
+    if not isinstance(env_kwargs, dict):
+        raise UsageError("--env-kwargs must be a JSON object")
+    if args.size <= 0:
+        raise UsageError(f"--size must be positive, got {args.size}")
+    if not 1 <= args.shards <= args.size:
+        raise UsageError(f"--shards must be between 1 and --size ({args.size}), got {args.shards}")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be 0..65535, got {args.port}")
+    try:
+        return serve(args.name, args.size, env_kwargs, host=args.host, port=args.port, shards=args.shards,
+                     max_body_bytes=args.max_body_bytes, verbose=args.verbose)
+    except (ValueError, TypeError) as err:  # unknown env name, bad factory kwargs
+        raise UsageError(str(err)) from None
+    except OSError as err:  # port in use, address not available
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {err}") from None

@@ -1,0 +1,325 @@
+"""One client for every transport of the pool server: in-process, Ray actors, HTTP.
+
+    client = EnvClient.http("http://127.0.0.1:8400")          # or EnvClient.ray("textcraft", 64)
+    results = client.reset([(i, TaskRef("train", i // 8)) for i in range(64)])
+    results = client.step([(r.instance_id, "inventory") for r in results])
+
+A batch is split by shard and the shards are called concurrently, so a pool sharded over K
+processes steps on K cores. Every call has a timeout (the client's default or ``timeout=``); on
+timeout :class:`EnvTimeoutError` is raised and the state of the instances in that batch is
+unknown: reset them. A malformed request raises :class:`EnvRequestError` (the server's 4xx
+message); an unreachable or dead server :class:`EnvServerError`. Failures *inside* an
+environment are not exceptions: they come back in that instance's result (``ok`` false,
+``error``, ``info["env_error"]``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import http.client
+import json
+import socket
+import threading
+import time
+import urllib.parse
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from agentrl.envs.base import TaskRef
+from agentrl.envs.server.pool import EnvPool
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class EnvServerError(RuntimeError):
+    """The server could not be reached, died, or failed (not a per-instance env failure)."""
+
+
+class EnvRequestError(EnvServerError):
+    """The server rejected the request as malformed (HTTP 4xx); the message says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class EnvTimeoutError(EnvServerError):
+    """A call did not finish within its timeout."""
+
+
+@dataclass
+class ResetResult:
+    instance_id: int
+    obs: str
+    info: dict[str, Any]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class StepResult:
+    instance_id: int
+    obs: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+# ----- transports: start(op, payload, timeout) -> ticket; finish(ticket, timeout) -> (status, body) --
+class LocalTransport:
+    """A pool in this process (tests, benchmarks, single-process tools)."""
+
+    def __init__(self, pool: EnvPool):
+        self.pool = pool
+
+    def start(self, op: str, payload: Any, timeout: float) -> Any:
+        return self.pool.handle(op, payload)
+
+    def finish(self, ticket: Any, timeout: float) -> tuple[int, dict[str, Any]]:
+        return ticket
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class RayTransport:
+    def __init__(self, actor: Any, owned: bool = False):
+        self.actor, self.owned = actor, owned
+
+    def start(self, op: str, payload: Any, timeout: float) -> Any:
+        return self.actor.handle.remote(op, payload)
+
+    def finish(self, ticket: Any, timeout: float) -> tuple[int, dict[str, Any]]:
+        import ray
+
+        try:
+            return ray.get(ticket, timeout=timeout)
+        except ray.exceptions.GetTimeoutError as err:
+            ray.cancel(ticket, force=False)
+            raise EnvTimeoutError(f"env pool actor did not answer within {timeout:.1f} s") from err
+        except ray.exceptions.RayActorError as err:
+            raise EnvServerError(f"env pool actor died: {err}") from err
+
+    def close(self) -> None:
+        if self.owned:
+            import ray
+
+            ray.kill(self.actor, no_restart=True)
+
+
+class HttpTransport:
+    """One keep-alive connection to one server process (JSON over HTTP/1.1).
+
+    A request that fails on a connection kept from an earlier call is sent once more on a fresh
+    connection, except ``step`` (not idempotent: it may have been applied).
+    """
+
+    def __init__(self, host: str, port: int, executor: ThreadPoolExecutor):
+        self.host, self.port, self.executor = host, port, executor
+        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def request(self, method: str, path: str, body: Any, timeout: float) -> tuple[int, dict[str, Any]]:
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
+        where = f"http://{self.host}:{self.port}{path}"
+        with self._lock:
+            while True:
+                reused = self._conn is not None
+                if not reused:
+                    self._conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+                conn = self._conn
+                try:
+                    conn.timeout = timeout
+                    if conn.sock is not None:
+                        conn.sock.settimeout(timeout)
+                    conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+                    response = conn.getresponse()
+                    raw = response.read()
+                    if response.getheader("Connection", "").lower() == "close":
+                        self._drop()
+                    break
+                except socket.timeout as err:
+                    self._drop()
+                    raise EnvTimeoutError(f"{where} did not answer within {timeout:.1f} s") from err
+                except (OSError, http.client.HTTPException) as err:
+                    self._drop()
+                    if not reused or path == "/step":
+                        raise EnvServerError(f"{where}: {type(err).__name__}: {err}") from err
+        try:
+            reply = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise EnvServerError(f"{where}: the reply is not JSON (status {response.status})") from err
+        return response.status, reply
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def start(self, op: str, payload: Any, timeout: float) -> Future:
+        return self.executor.submit(self.request, "POST", f"/{op}", payload, timeout)
+
+    def finish(self, ticket: Future, timeout: float) -> tuple[int, dict[str, Any]]:
+        try:
+            return ticket.result(timeout=timeout)
+        except FutureTimeout as err:
+            raise EnvTimeoutError(f"http://{self.host}:{self.port} did not answer within "
+                                  f"{timeout:.1f} s") from err
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+# ----- the client ------------------------------------------------------------------------------
+class EnvClient:
+    """Batched reset/step over one or more pool shards that together hold ids ``0 .. size-1``."""
+
+    def __init__(self, shards: Sequence[tuple[int, int, Any]], timeout: float = DEFAULT_TIMEOUT_S,
+                 info: dict[str, Any] | None = None, executor: ThreadPoolExecutor | None = None):
+        """``shards``: ``(first_id, size, transport)`` triples."""
+        self._shards = sorted(shards, key=lambda s: s[0])
+        self._starts = [s[0] for s in self._shards]
+        self.size = sum(s[1] for s in self._shards)
+        if self._starts != [sum(s[1] for s in self._shards[:i]) for i in range(len(self._shards))]:
+            raise ValueError(f"shards do not cover ids 0..{self.size - 1} contiguously: "
+                             f"{[(s[0], s[1]) for s in self._shards]}")
+        self.timeout = float(timeout)
+        self._executor = executor
+        self.info = info if info is not None else self._call_one(self._shards[0][2], "info", {}, self.timeout)
+        self.env_name = self.info["env"]
+        self.split_sizes = self.info["split_sizes"]
+
+    # ----- constructors ------------------------------------------------------------------------
+    @classmethod
+    def local(cls, env_name: str, size: int, env_kwargs: dict[str, Any] | None = None,
+              timeout: float = DEFAULT_TIMEOUT_S) -> "EnvClient":
+        return cls([(0, size, LocalTransport(EnvPool(env_name, size, env_kwargs)))], timeout)
+
+    @classmethod
+    def ray(cls, env_name: str, size: int, env_kwargs: dict[str, Any] | None = None, num_shards: int = 1,
+            num_cpus_per_shard: float = 1.0, timeout: float = DEFAULT_TIMEOUT_S,
+            factory: Callable[[], Any] | None = None) -> "EnvClient":
+        """Start ``num_shards`` pool actors (closed with the client) and connect to them."""
+        from agentrl.envs.server.ray_pool import launch_ray_shards
+
+        actors = launch_ray_shards(env_name, size, env_kwargs, num_shards, num_cpus_per_shard, factory=factory)
+        return cls.ray_actors(actors, timeout, owned=True)
+
+    @classmethod
+    def ray_actors(cls, actors: Sequence[Any], timeout: float = DEFAULT_TIMEOUT_S,
+                   owned: bool = False) -> "EnvClient":
+        """Connect to running pool actors (``owned``: kill them on :meth:`close`)."""
+        transports = [RayTransport(a, owned) for a in actors]
+        infos = [cls._call_one(t, "info", {}, timeout) for t in transports]
+        return cls([(i["first_id"], i["size"], t) for i, t in zip(infos, transports)], timeout, infos[0])
+
+    @classmethod
+    def http(cls, url: str, timeout: float = DEFAULT_TIMEOUT_S) -> "EnvClient":
+        """Connect to ``agentrl envs serve`` at ``url`` and to all of its shard processes."""
+        parsed = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
+        if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
+            raise ValueError(f"expected a URL like http://127.0.0.1:8400, got {url!r}")
+        probe = HttpTransport(parsed.hostname, parsed.port, None)
+        try:
+            status, info = probe.request("GET", "/info", None, timeout)
+        finally:
+            probe.close()
+        if status != 200:
+            raise EnvServerError(f"{url}/info answered {status}: {info.get('error')}")
+        listed = info.get("shards") or [{"port": parsed.port, "first_id": info["first_id"], "size": info["size"]}]
+        executor = ThreadPoolExecutor(max_workers=len(listed), thread_name_prefix="env-client")
+        shards = [(s["first_id"], s["size"], HttpTransport(parsed.hostname, s["port"], executor))
+                  for s in listed]
+        return cls(shards, timeout, info, executor)
+
+    # ----- calls -------------------------------------------------------------------------------
+    @staticmethod
+    def _call_one(transport: Any, op: str, payload: Any, timeout: float) -> dict[str, Any]:
+        return EnvClient._checked(op, *transport.finish(transport.start(op, payload, timeout), timeout))
+
+    @staticmethod
+    def _checked(op: str, status: int, body: Any) -> dict[str, Any]:
+        if status == 200:
+            return body
+        message = body.get("error", "") if isinstance(body, dict) else str(body)
+        if 400 <= status < 500:
+            raise EnvRequestError(status, message)
+        raise EnvServerError(f"{op}: server answered {status}: {message}")
+
+    def _shard_of(self, instance_id: Any) -> int:
+        if not isinstance(instance_id, int) or isinstance(instance_id, bool) or not 0 <= instance_id < self.size:
+            raise EnvRequestError(400, f"unknown instance id {instance_id!r}: this pool holds 0..{self.size - 1}")
+        return bisect.bisect_right(self._starts, instance_id) - 1
+
+    def _fan_out(self, op: str, ids: list[int], payload_for: Callable[[list[int]], dict[str, Any]],
+                 timeout: float | None) -> list[dict[str, Any]]:
+        """Send each shard its part of the batch (``payload_for(positions)``), concurrently; the
+        results come back in request order."""
+        timeout = self.timeout if timeout is None else float(timeout)
+        parts: dict[int, list[int]] = {}
+        for position, instance_id in enumerate(ids):
+            parts.setdefault(self._shard_of(instance_id), []).append(position)
+        deadline = time.monotonic() + timeout
+        tickets = [(positions, self._shards[shard][2]) for shard, positions in parts.items()]
+        tickets = [(positions, transport, transport.start(op, payload_for(positions), timeout))
+                   for positions, transport in tickets]
+        results: list[dict[str, Any]] = [{}] * len(ids)
+        for positions, transport, ticket in tickets:
+            status, body = transport.finish(ticket, max(0.001, deadline - time.monotonic()))
+            for position, result in zip(positions, self._checked(op, status, body)["results"]):
+                results[position] = result
+        return results
+
+    def reset(self, items: Sequence[tuple[int, TaskRef | dict[str, Any]]],
+              timeout: float | None = None) -> list[ResetResult]:
+        """Start the given task on each instance: ``[(instance_id, TaskRef), ...]``."""
+        entries = [{"instance_id": i, "task": t.to_dict() if isinstance(t, TaskRef) else t} for i, t in items]
+        results = self._fan_out("reset", [e["instance_id"] for e in entries],
+                                lambda positions: {"items": [entries[p] for p in positions]}, timeout)
+        return [ResetResult(r["instance_id"], r["obs"], r["info"], r.get("error")) for r in results]
+
+    def step(self, items: Sequence[tuple[int, str]], timeout: float | None = None) -> list[StepResult]:
+        """Apply one action on each instance: ``[(instance_id, action_text), ...]``."""
+        entries = [{"instance_id": i, "action": a} for i, a in items]
+        results = self._fan_out("step", [e["instance_id"] for e in entries],
+                                lambda positions: {"items": [entries[p] for p in positions]}, timeout)
+        return [StepResult(r["instance_id"], r["obs"], r["reward"], r["terminated"], r["truncated"],
+                           r["info"], r.get("error")) for r in results]
+
+    def expert_actions(self, instance_ids: Sequence[int], timeout: float | None = None) -> list[list[str]]:
+        """The expert's plan of each instance (from the state right after its last reset)."""
+        ids = list(instance_ids)
+        results = self._fan_out("expert", ids, lambda positions: {"instance_ids": [ids[p] for p in positions]},
+                                timeout)
+        for result in results:
+            if result.get("error"):
+                raise EnvServerError(f"instance {result['instance_id']}: {result['error']}")
+        return [result["actions"] for result in results]
+
+    def close(self) -> None:
+        for _, _, transport in self._shards:
+            transport.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+    def __enter__(self) -> "EnvClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

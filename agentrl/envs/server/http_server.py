@@ -1,0 +1,246 @@
+"""The pool server over HTTP: ``agentrl envs serve NAME --port P`` (stdlib only, JSON only).
+
+Routes (all bodies are JSON objects; see :mod:`agentrl.envs.server.pool` for their fields):
+
+``GET  /health``   ``{"ok": true}``
+``GET  /info``     the pool's description, plus ``shards``: ``[{"port", "first_id", "size"}]`` for
+                   every process of this server (clients route instance ids with it)
+``POST /reset``    ``{"items": [{"instance_id", "task": {"split", "index"}}]}``
+``POST /step``     ``{"items": [{"instance_id", "action"}]}``
+``POST /expert``   ``{"instance_ids": [...]}``
+
+Errors: 400 malformed JSON or request (``{"error": message}``), 404 unknown path, 405 wrong
+method, 411 no ``Content-Length``, 413 body over ``max_body_bytes`` (not read; the connection is
+closed), 500 an unexpected server fault (the server keeps running). Nothing received is ever
+unpickled or evaluated: bodies go through ``json.loads`` and the pool's checks.
+
+With ``shards > 1`` the instances are split over that many processes: this one serves the first
+shard on the given port, the others listen on free ports of the same host, and ``/info`` lists
+them all, so a client holding one URL uses every core.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agentrl.envs.server.pool import EnvPool
+
+DEFAULT_MAX_BODY_BYTES = 16 << 20
+POST_ROUTES = {"/reset": "reset", "/step": "step", "/expert": "expert"}
+
+
+def shard_sizes(size: int, num_shards: int) -> list[int]:
+    """``size`` instances over ``num_shards`` shards, as evenly as possible (first shards larger)."""
+    if num_shards <= 0 or num_shards > size:
+        raise ValueError(f"need 1..{size} shards for {size} instances, got {num_shards}")
+    return [size // num_shards + (1 if i < size % num_shards else 0) for i in range(num_shards)]
+
+
+class PoolHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], pool: EnvPool,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, verbose: bool = False):
+        super().__init__(address, PoolRequestHandler)
+        self.pool = pool
+        self.max_body_bytes = int(max_body_bytes)
+        self.verbose = verbose
+        self.shards: list[dict[str, int]] = [{"port": self.server_address[1], "first_id": pool.first_id,
+                                              "size": pool.size}]
+
+
+class PoolRequestHandler(BaseHTTPRequestHandler):
+    server: PoolHTTPServer
+    protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connection
+
+    def _reply(self, status: int, body: dict[str, Any], close: bool = False) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        if self.path == "/health":
+            self._reply(200, {"ok": True})
+        elif self.path == "/info":
+            self._reply(200, {**self.server.pool.describe(), "shards": self.server.shards})
+        elif self.path in POST_ROUTES:
+            self._reply(405, {"error": f"use POST for {self.path}"})
+        else:
+            self._reply(404, {"error": f"no route {self.path}; try /info, /reset, /step, /expert"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        op = POST_ROUTES.get(self.path)
+        if op is None:
+            status = 405 if self.path in ("/info", "/health") else 404
+            self._reply(status, {"error": f"no POST route {self.path}"}, close=True)
+            return
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            self._reply(411, {"error": "a Content-Length header is required"}, close=True)
+            return
+        try:
+            length = int(length_text)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            self._reply(400, {"error": f"bad Content-Length {length_text!r}"}, close=True)
+            return
+        if length > self.server.max_body_bytes:
+            self._reply(413, {"error": f"body of {length} bytes is over the limit of "
+                                       f"{self.server.max_body_bytes}"}, close=True)
+            return
+        raw = self.rfile.read(length)
+        try:
+            payload = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            self._reply(400, {"error": f"the body is not valid UTF-8 JSON: {err}"})
+            return
+        try:
+            status, body = self.server.pool.handle(op, payload)
+        except Exception as err:  # noqa: BLE001 - a server fault must not end the server
+            self._reply(500, {"error": f"server fault: {type(err).__name__}: {err}"})
+            return
+        self._reply(status, body)
+
+    def _method_not_allowed(self) -> None:
+        self._reply(405, {"error": f"method {self.command} is not supported"}, close=True)
+
+    do_PUT = do_DELETE = do_PATCH = _method_not_allowed
+
+
+def _shard_main(argv: list[str]) -> int:
+    """Entry point of an extra shard process: serve on a free port, print it as one JSON line."""
+    spec = json.loads(argv[0])
+    try:
+        server = PoolHTTPServer((spec["host"], 0), EnvPool(spec["env"], spec["size"], spec["env_kwargs"],
+                                                          spec["first_id"]), spec["max_body_bytes"])
+    except Exception as err:  # noqa: BLE001 - reported to the parent, which fails loudly
+        print(json.dumps({"error": f"{type(err).__name__}: {err}"}), flush=True)
+        return 1
+    print(json.dumps({"port": server.server_address[1]}), flush=True)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    server.serve_forever()
+    return 0
+
+
+def _first_line(process: subprocess.Popen, timeout: float) -> str:
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return lines[0] if lines else ""
+
+
+class ShardedHTTPServer:
+    """Shard 0 in this process plus ``shards - 1`` child processes, all on ``host``."""
+
+    def __init__(self, env_name: str, size: int, env_kwargs: dict | None = None, host: str = "127.0.0.1",
+                 port: int = 0, shards: int = 1, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 verbose: bool = False, start_timeout: float = 300.0):
+        env_kwargs = dict(env_kwargs or {})
+        sizes = shard_sizes(size, shards)
+        firsts = [sum(sizes[:i]) for i in range(shards)]
+        self.children: list[subprocess.Popen] = []
+        self._started = False
+        try:
+            for i in range(1, shards):
+                spec = {"env": env_name, "env_kwargs": env_kwargs, "host": host, "size": sizes[i],
+                        "first_id": firsts[i], "max_body_bytes": max_body_bytes}
+                self.children.append(subprocess.Popen(
+                    [sys.executable, "-m", "agentrl.envs.server.http_server", json.dumps(spec)],
+                    stdout=subprocess.PIPE, text=True))
+            self.server = PoolHTTPServer((host, port), EnvPool(env_name, sizes[0], env_kwargs, 0),
+                                         max_body_bytes, verbose)
+            for i, child in enumerate(self.children, start=1):
+                line = _first_line(child, start_timeout)
+                try:
+                    reply = json.loads(line)
+                except json.JSONDecodeError:
+                    reply = {"error": f"no answer (exit code {child.poll()}); see its stderr"}
+                if "port" not in reply:
+                    raise RuntimeError(f"shard {i} of {env_name!r} failed to start: {reply.get('error')}")
+                self.server.shards.append({"port": reply["port"], "first_id": firsts[i], "size": sizes[i]})
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def port(self) -> int:
+        return self.server.server_address[1]
+
+    @property
+    def shards(self) -> list[dict[str, int]]:
+        return self.server.shards
+
+    def serve_forever(self) -> None:
+        self._started = True
+        self.server.serve_forever()
+
+    def start_background(self) -> threading.Thread:
+        """Serve from a daemon thread (tests, benchmarks); :meth:`close` stops it."""
+        self._started = True
+        thread = threading.Thread(target=self.server.serve_forever, name="env-pool-http", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        server = getattr(self, "server", None)
+        if server is not None:
+            if self._started:
+                server.shutdown()
+            server.server_close()
+            server.pool.close()
+        for child in self.children:
+            if child.poll() is None:
+                child.terminate()
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+
+
+def serve(env_name: str, size: int, env_kwargs: dict | None = None, host: str = "127.0.0.1",
+          port: int = 8400, shards: int = 1, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+          verbose: bool = False) -> int:
+    """Run the server until interrupted (SIGINT or SIGTERM); returns the exit code."""
+    sharded = ShardedHTTPServer(env_name, size, env_kwargs, host, port, shards, max_body_bytes, verbose)
+
+    def stop(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    shards = ", ".join(f"{s['first_id']}..{s['first_id'] + s['size'] - 1} on port {s['port']}"
+                       for s in sharded.server.shards)
+    print(f"serving {size} x {env_name} at http://{host}:{sharded.port} (instances {shards})",
+          file=sys.stderr, flush=True)
+    try:
+        sharded.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sharded.close()
+    return 0
+
+
+if __name__ == "__main__":  # an extra shard process started by ShardedHTTPServer
+    sys.exit(_shard_main(sys.argv[1:]))

@@ -1,0 +1,49 @@
+"""The pool server as Ray actors: one actor per shard, each holding many environment instances.
+
+One actor per environment instance (verl-agent's layout: 256 processes for 128 + 128 ALFWorld
+envs) overloads small machines; here each actor is one process with a whole :class:`EnvPool`
+shard, and a pool of N instances over K shards uses K processes (K = the cores to spend on
+environments). The actor answers the same JSON-level requests as the HTTP server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from agentrl.envs.server.http_server import shard_sizes
+from agentrl.envs.server.pool import EnvPool
+
+
+class EnvPoolActor:
+    """Ray actor body: one :class:`EnvPool` shard (instance ids ``first_id .. first_id+size-1``)."""
+
+    def __init__(self, env_name: str, size: int, env_kwargs: dict[str, Any] | None, first_id: int,
+                 factory: Callable[[], Any] | None = None):
+        self.pool = EnvPool(env_name, size, env_kwargs, first_id, factory)
+
+    def handle(self, op: str, payload: Any) -> tuple[int, dict[str, Any]]:
+        return self.pool.handle(op, payload)
+
+    def ready(self) -> bool:
+        return True
+
+
+def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | None = None,
+                      num_shards: int = 1, num_cpus_per_shard: float = 1.0,
+                      max_restarts: int = 3, factory: Callable[[], Any] | None = None) -> list[Any]:
+    """Start ``num_shards`` pool actors (Ray must be initialised) and wait until they are built.
+
+    ``factory`` (optional) builds one instance instead of ``make_env(env_name, **env_kwargs)``:
+    for environments registered only in the driver process.
+
+    A shard whose process dies is restarted by Ray (up to ``max_restarts`` times) with fresh
+    instances: their next ``step`` reports "no running episode" until they are reset.
+    """
+    import ray
+
+    actor_class = ray.remote(EnvPoolActor).options(num_cpus=num_cpus_per_shard, max_restarts=max_restarts,
+                                                   max_task_retries=0)
+    sizes = shard_sizes(size, num_shards)
+    actors = [actor_class.remote(env_name, n, env_kwargs, sum(sizes[:i]), factory) for i, n in enumerate(sizes)]
+    ray.get([a.ready.remote() for a in actors])
+    return actors
