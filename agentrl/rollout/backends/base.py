@@ -1,0 +1,90 @@
+"""The generation backend interface: token ids in, sampled token ids and their log-probs out.
+
+Every backend implements two calls::
+
+    generate(prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Generation]
+    load_weights(state_dict: dict[str, Tensor]) -> None
+
+``Generation.token_ids`` are the sampled response tokens, including the stop token when the
+response ended on one; ``Generation.logprobs`` holds one log-probability per sampled token.
+Log-probs are those of the distribution the token was sampled from *before* top-k/top-p
+filtering: ``log_softmax(logits / temperature)`` (``temperature = 0`` and ``1`` both mean the raw
+logits). This is what verl records and what the learner recomputes (it divides its logits by the
+same temperature), so the importance ratio starts at exactly 1 up to numerics.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one batch of responses."""
+
+    max_tokens: int = 64
+    temperature: float = 1.0          # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = -1                   # -1 = off
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def with_seed(self, seed: int) -> "SamplingParams":
+        return replace(self, seed=int(seed))
+
+
+@dataclass
+class Generation:
+    """One sampled response."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str = "length"     # "stop" (stop token or stop string) or "length"
+    text: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(f"{len(self.token_ids)} tokens but {len(self.logprobs)} log-probs")
+
+
+class GenerationBackend(abc.ABC):
+    """A model that generates for a batch of token-id prompts."""
+
+    name: str = "backend"
+
+    @abc.abstractmethod
+    def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
+        """One response per prompt, in prompt order; deterministic for ``sampling.seed``."""
+
+    @abc.abstractmethod
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Replace the model's weights in place (names as in the Hugging Face ``state_dict``)."""
+
+    def stats(self) -> dict[str, float]:
+        """Counters since construction (tokens prefilled/generated, calls); backends may add more."""
+        return {}
+
+    def close(self) -> None:
+        """Release the engine's resources (processes, memory)."""
+
+
+__all__ = ["Generation", "GenerationBackend", "SamplingParams"]

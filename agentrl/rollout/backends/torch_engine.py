@@ -1,0 +1,199 @@
+"""The built-in torch generation engine: batched sampling with a KV cache (the CPU default).
+
+How one ``generate`` call runs:
+
+1. **Identical prompts are encoded once.** The G rollouts of a group share their step-0 prompt
+   (and later prompts too while their histories agree), so the prompts are deduplicated, the
+   unique ones are prefilled as one left-padded batch, and the KV cache rows are then copied out
+   to every request (``index_select`` on the cache, no model call).
+2. **Decoding** runs one forward pass per new token for all unfinished rows at once, with the
+   cache, the 2-D attention mask (left padding) and explicit position ids.
+3. **Finished rows leave the batch**: a row that sampled a stop token (or completed a stop
+   string) is removed from the cache, mask and positions before the next forward pass, so long
+   and short responses do not cost the same.
+
+Sampling: greedy (``temperature == 0``), or temperature then top-k then top-p filtering, drawn
+with a ``torch.Generator`` seeded from ``SamplingParams.seed``: the same prompts with the same
+seed give the same tokens. Log-probs come from the same logits the sampler used:
+``log_softmax(logits / T)`` of the sampled token, before top-k/top-p filtering (verl's
+convention; see :mod:`agentrl.rollout.backends.base`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
+
+
+def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask (set to -inf) the logits outside the top-k and the top-p nucleus, row by row."""
+    if top_k > 0 and top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs          # mass of the tokens ranked above
+        drop_sorted = before >= top_p                          # always keeps the most likely token
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    return scaled
+
+
+def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
+                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sampled token ids ``[B]`` and their log-probs ``[B]`` from next-token logits ``[B, V]``."""
+    logits = logits.float()
+    if sampling.greedy:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        tokens = torch.argmax(logits, dim=-1)
+    else:
+        scaled = logits / sampling.temperature
+        logprobs = torch.log_softmax(scaled, dim=-1)
+        filtered = filter_logits(scaled, sampling.top_k, sampling.top_p)
+        probs = torch.softmax(filtered, dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class TorchBackend(GenerationBackend):
+    """Batched KV-cache generation with a Hugging Face causal LM, on CPU or one GPU.
+
+    ``tokenizer`` is needed only for stop strings. ``dedupe_prompts=False`` turns off the shared
+    prefill of identical prompts (for measuring what it saves).
+    """
+
+    name = "torch"
+
+    def __init__(self, model: torch.nn.Module, tokenizer=None, *, dedupe_prompts: bool = True):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.dedupe_prompts = dedupe_prompts
+        self.device = next(model.parameters()).device
+        self._counters = {"calls": 0, "prompts": 0, "prefill_tokens": 0, "prefill_tokens_saved": 0,
+                          "generated_tokens": 0, "forward_passes": 0, "seconds": 0.0}
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32,
+                        attn_implementation: str = "sdpa", dedupe_prompts: bool = True) -> "TorchBackend":
+        from agentrl.models import load_model, load_tokenizer
+
+        model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
+        return cls(model, load_tokenizer(model_dir), dedupe_prompts=dedupe_prompts)
+
+    # ----- weights -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        own = self.model.state_dict()
+        names = {k[len("module."):] if k.startswith("module.") else k: k for k in state_dict}
+        unknown = sorted(set(names) - set(own))
+        if unknown:
+            raise KeyError(f"load_weights: {len(unknown)} names the model does not have, e.g. {unknown[:3]}")
+        tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
+        missing = sorted(set(own) - set(names) - tied)
+        if missing:
+            raise KeyError(f"load_weights: {len(missing)} model weights not given, e.g. {missing[:3]}")
+        for name, key in names.items():
+            value = state_dict[key]
+            if tuple(value.shape) != tuple(own[name].shape):
+                raise ValueError(f"load_weights: {name} has shape {tuple(value.shape)}, "
+                                 f"the model expects {tuple(own[name].shape)}")
+            own[name].copy_(value.to(own[name].device, own[name].dtype))
+
+    # ----- generation ----------------------------------------------------------------------------
+    def _forward(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self._counters["forward_passes"] += 1
+        return out.logits[:, -1, :]
+
+    def _stop_strings_hit(self, tokens: list[int], stop_strings: Sequence[str], window: int) -> bool:
+        text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
+        return any(s in text for s in stop_strings)
+
+    @torch.inference_mode()
+    def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
+        if not prompt_ids:
+            return []
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("every prompt needs at least one token")
+        if sampling.stop_strings and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer: build the backend with one")
+        start = time.perf_counter()
+        n = len(prompt_ids)
+        # 1. unique prompts, prefilled once
+        if self.dedupe_prompts:
+            unique: dict[tuple[int, ...], int] = {}
+            source = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]
+            unique_prompts = [list(p) for p in unique]
+        else:
+            source, unique_prompts = list(range(n)), [list(p) for p in prompt_ids]
+        width = max(len(p) for p in unique_prompts)
+        pad_id = 0
+        ids = torch.full((len(unique_prompts), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(unique_prompts), width), dtype=torch.long)
+        for i, p in enumerate(unique_prompts):
+            ids[i, width - len(p):] = torch.as_tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = self._forward(ids, mask, positions, cache)
+        self._counters["prefill_tokens"] += sum(len(p) for p in unique_prompts)
+        self._counters["prefill_tokens_saved"] += sum(len(p) for p in prompt_ids) - sum(len(p) for p in unique_prompts)
+        # 2. copy the cache rows out to every request
+        expand = torch.as_tensor(source, dtype=torch.long, device=self.device)
+        if len(unique_prompts) != n or source != list(range(n)):
+            cache.reorder_cache(expand)
+            logits, mask = logits[expand], mask[expand]
+        next_pos = positions[expand, -1] + 1
+        # 3. decode, dropping finished rows
+        generator = None
+        if not sampling.greedy:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(int(sampling.seed) & 0x7FFF_FFFF_FFFF_FFFF)
+        stop_ids = torch.as_tensor(sorted(set(sampling.stop_token_ids)) or [-1], device=self.device)
+        window = max((len(s) for s in sampling.stop_strings), default=0) + 1
+        out_tokens: list[list[int]] = [[] for _ in range(n)]
+        out_logprobs: list[list[float]] = [[] for _ in range(n)]
+        finish = ["length"] * n
+        active = list(range(n))
+        for t in range(sampling.max_tokens):
+            tokens, logprobs = sample_tokens(logits, sampling, generator)
+            hit_stop = torch.isin(tokens, stop_ids).tolist()
+            token_list, logprob_list = tokens.tolist(), logprobs.tolist()
+            keep: list[int] = []
+            for j, row in enumerate(active):
+                out_tokens[row].append(token_list[j])
+                out_logprobs[row].append(logprob_list[j])
+                if hit_stop[j] or (sampling.stop_strings and
+                                   self._stop_strings_hit(out_tokens[row], sampling.stop_strings, window)):
+                    finish[row] = "stop"
+                else:
+                    keep.append(j)
+            self._counters["generated_tokens"] += len(active)
+            if not keep or t == sampling.max_tokens - 1:
+                break
+            if len(keep) != len(active):
+                keep_t = torch.as_tensor(keep, dtype=torch.long, device=self.device)
+                cache.reorder_cache(keep_t)
+                mask, next_pos, tokens = mask[keep_t], next_pos[keep_t], tokens[keep_t]
+                active = [active[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+            logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
+            next_pos = next_pos + 1
+        self._counters["calls"] += 1
+        self._counters["prompts"] += n
+        self._counters["seconds"] += time.perf_counter() - start
+        return [Generation(out_tokens[i], out_logprobs[i], finish[i]) for i in range(n)]
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._counters)
+
+
+__all__ = ["TorchBackend", "filter_logits", "sample_tokens"]

@@ -1,0 +1,275 @@
+"""The multi-turn rollout engine: N = tasks x G environments, one StepBatch record per env step.
+
+One call of :meth:`RolloutEngine.run`::
+
+    reset every env (the G envs of a task share the TaskRef, so they start in the same state)
+    while some env is active:
+        prompt_i  = chat_template(build_prompt_text(task, last K (obs, action), obs, admissible))
+        responses = backend.generate([prompt_i for active i], sampling)      # one batch
+        action_i  = parse_response(response_i)       (<think> required when enable_thinking)
+        env.step(action_i) for all active i          (one batched call to the env client)
+        record (prompt, response, logprobs, anchor_obs = obs_i, action, reward, done, ...)
+        finished envs leave the batch
+
+Reward of a record (the contract the estimators rely on):
+
+* ``env.reward == "success"``: ``env.success_reward`` at the step where ``info["won"]`` first
+  becomes true, 0 otherwise; ``"env"``: the environment's own reward;
+* minus ``rollout.invalid_action_penalty`` when the response did not parse (``action_valid``
+  false). An invalid response still sends the parser's fallback text to the environment.
+
+``success`` is ``info["won"]`` at the last step, ``episode_return`` the sum of the rewards.
+A prompt longer than ``rollout.max_prompt_tokens`` raises :class:`PromptTooLongError` or keeps
+its last tokens (``rollout.prompt_truncation = "left"``).
+
+When more envs are asked for than the client's instances, whole groups run in waves.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from agentrl.data.step_batch import StepBatch
+from agentrl.envs.base import TaskRef
+from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+from agentrl.rollout.parsing import parse_response
+from agentrl.rollout.prompts import History, build_prompt_text, render_chat
+
+_SEED_MASK = (1 << 62) - 1
+
+
+class PromptTooLongError(ValueError):
+    """A step prompt is longer than ``rollout.max_prompt_tokens`` and truncation is ``error``."""
+
+
+@dataclass
+class EpisodeResult:
+    """What one trajectory did (metrics, evaluation tables)."""
+
+    group_id: int
+    traj_id: int
+    task: TaskRef
+    task_type: str
+    won: bool
+    episode_return: float
+    length: int
+    invalid_actions: int
+    env_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["task"] = self.task.to_dict()
+        return out
+
+
+@dataclass
+class RolloutResult:
+    batch: StepBatch
+    episodes: list[EpisodeResult]
+    stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def success_rate(self) -> float:
+        return sum(e.won for e in self.episodes) / max(1, len(self.episodes))
+
+    @staticmethod
+    def merge(results: Sequence["RolloutResult"]) -> "RolloutResult":
+        """Results of disjoint rollouts (distinct group/traj ids) as one, in trajectory order.
+
+        Counters and times are summed (``max_*`` entries take the maximum)."""
+        if not results:
+            raise ValueError("nothing to merge")
+        batch = StepBatch.concat([r.batch for r in results])
+        episodes = sorted((e for r in results for e in r.episodes), key=lambda e: e.traj_id)
+        stats: dict[str, float] = {}
+        for r in results:
+            for k, v in r.stats.items():
+                stats[k] = max(stats.get(k, 0.0), v) if k.startswith("max_") else stats.get(k, 0.0) + v
+        return RolloutResult(batch, episodes, stats)
+
+
+def step_seed(seed: int, wave: int, step: int) -> int:
+    """The sampling seed of one generate call (distinct for every wave and step of a rollout)."""
+    return (int(seed) * 1_000_003 + wave * 10_007 + step) & _SEED_MASK
+
+
+class RolloutEngine:
+    """Runs groups of episodes of one environment with one generation backend.
+
+    ``env_client`` speaks the :class:`agentrl.envs.server.EnvClient` API (batched ``reset`` and
+    ``step`` over instance ids); ``instance_ids`` are the ones this engine may use (default: all
+    of the client's). ``rollout_cfg``/``env_cfg`` are :class:`~agentrl.config.schema.RolloutConfig`
+    and :class:`~agentrl.config.schema.EnvConfig`.
+    """
+
+    def __init__(self, backend: GenerationBackend, tokenizer, env_client, rollout_cfg, env_cfg, *,
+                 env_name: str | None = None, instance_ids: Sequence[int] | None = None,
+                 stop_token_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = ()):
+        from agentrl.models import stop_token_ids as default_stop_ids
+
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.client = env_client
+        self.rollout_cfg = rollout_cfg
+        self.env_cfg = env_cfg
+        self.env_name = env_name or getattr(env_client, "env_name", None) or env_cfg.name
+        self.instance_ids = list(instance_ids) if instance_ids is not None else list(range(env_client.size))
+        if not self.instance_ids:
+            raise ValueError("the rollout engine needs at least one env instance")
+        self.stop_token_ids = tuple(stop_token_ids) if stop_token_ids is not None else \
+            tuple(default_stop_ids(tokenizer))
+        self.stop_strings = tuple(stop_strings)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    # ----- sampling --------------------------------------------------------------------------------
+    def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
+        """Training sampling from ``rollout.*`` (``temperature`` overrides, e.g. for validation)."""
+        cfg = self.rollout_cfg
+        temp = cfg.temperature if temperature is None else float(temperature)
+        return SamplingParams(max_tokens=cfg.max_response_tokens, temperature=temp,
+                              top_p=cfg.top_p if temp > 0 else 1.0, top_k=cfg.top_k if temp > 0 else -1,
+                              stop_token_ids=self.stop_token_ids, stop_strings=self.stop_strings, seed=seed)
+
+    # ----- prompts -----------------------------------------------------------------------------------
+    def encode_prompts(self, texts: Sequence[str]) -> tuple[list[list[int]], int]:
+        """Chat-templated token ids of user-message texts; also how many were left-truncated."""
+        rendered = [render_chat(self.tokenizer, t) for t in texts]
+        ids = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        limit = self.rollout_cfg.max_prompt_tokens
+        truncated = 0
+        for i, p in enumerate(ids):
+            if len(p) <= limit:
+                continue
+            if self.rollout_cfg.prompt_truncation != "left":
+                raise PromptTooLongError(
+                    f"a {self.env_name} prompt has {len(p)} tokens, more than rollout.max_prompt_tokens={limit}; "
+                    "raise the limit, shorten the prompt (env.history_length, rollout.prompt_style=compact) "
+                    "or set rollout.prompt_truncation=left to keep its last tokens")
+            ids[i] = p[-limit:]
+            truncated += 1
+        return [list(p) for p in ids], truncated
+
+    def prompt_text(self, task_text: str, obs: str, history: History, admissible: list[str]) -> str:
+        cfg = self.rollout_cfg
+        return build_prompt_text(self.env_name, task_text, obs, history, admissible,
+                                 history_length=self.env_cfg.history_length, think=cfg.enable_thinking,
+                                 style=cfg.prompt_style)
+
+    # ----- the loop ----------------------------------------------------------------------------------
+    def run(self, tasks: Sequence[TaskRef], group_size: int, *, sampling: SamplingParams | None = None,
+            seed: int = 0, group_ids: Sequence[int] | None = None, traj_id_start: int = 0) -> RolloutResult:
+        """Roll out ``group_size`` episodes of every task; trajectories are numbered from
+        ``traj_id_start`` (task by task), groups are ``group_ids`` (default ``0..len(tasks)-1``)."""
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
+        if not tasks:
+            raise ValueError("no tasks to roll out")
+        group_ids = list(range(len(tasks))) if group_ids is None else list(group_ids)
+        if len(group_ids) != len(tasks):
+            raise ValueError(f"{len(group_ids)} group ids for {len(tasks)} tasks")
+        sampling = sampling or self.sampling_params(seed=seed)
+        groups_per_wave = len(self.instance_ids) // group_size
+        if groups_per_wave < 1:
+            raise ValueError(f"group size {group_size} needs {group_size} env instances, this engine has "
+                             f"{len(self.instance_ids)}")
+        results = []
+        for wave, first in enumerate(range(0, len(tasks), groups_per_wave)):
+            chunk = range(first, min(len(tasks), first + groups_per_wave))
+            envs = [(tasks[g], group_ids[g], traj_id_start + g * group_size + k)
+                    for g in chunk for k in range(group_size)]
+            results.append(self._run_wave(envs, sampling, seed, wave))
+        return RolloutResult.merge(results) if len(results) > 1 else results[0]
+
+    def _run_wave(self, envs: list[tuple[TaskRef, int, int]], sampling: SamplingParams, seed: int,
+                  wave: int) -> RolloutResult:
+        cfg, env_cfg = self.rollout_cfg, self.env_cfg
+        start = time.perf_counter()
+        timing = {"generate_s": 0.0, "env_s": 0.0, "prompt_s": 0.0}
+        ids = self.instance_ids[:len(envs)]
+        t0 = time.perf_counter()
+        resets = self.client.reset([(iid, task) for iid, (task, _, _) in zip(ids, envs)],
+                                   timeout=env_cfg.step_timeout_s)
+        timing["env_s"] += time.perf_counter() - t0
+        n = len(envs)
+        obs = [r.obs for r in resets]
+        info = [r.info for r in resets]
+        task_text = [str(r.info.get("task", "")) for r in resets]
+        task_type = [str(r.info.get("task_type", "")) for r in resets]
+        histories = [History() for _ in range(n)]
+        won = [False] * n
+        returns = [0.0] * n
+        invalid = [0] * n
+        length = [0] * n
+        errors: list[str | None] = [r.error for r in resets]
+        active = [i for i in range(n) if resets[i].ok]
+        records: list[dict[str, Any]] = []
+        counters = {"env_steps": 0, "generated_tokens": 0, "prompt_tokens": 0, "truncated_prompts": 0,
+                    "max_prompt_tokens": 0, "invalid_actions": 0, "env_errors": sum(e is not None for e in errors)}
+        step = 0
+        while active and step < env_cfg.max_steps:
+            t0 = time.perf_counter()
+            texts = [self.prompt_text(task_text[i], obs[i], histories[i], info[i].get("admissible_actions") or [])
+                     for i in active]
+            prompts, truncated = self.encode_prompts(texts)
+            timing["prompt_s"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            generations = self.backend.generate(prompts, sampling.with_seed(step_seed(sampling.seed, wave, step)))
+            timing["generate_s"] += time.perf_counter() - t0
+            responses = self.tokenizer.batch_decode([g.token_ids for g in generations], skip_special_tokens=True)
+            parsed = [parse_response(r, self.env_name, require_think=cfg.enable_thinking) for r in responses]
+            t0 = time.perf_counter()
+            results = self.client.step([(ids[i], p.action) for i, p in zip(active, parsed)],
+                                       timeout=env_cfg.step_timeout_s)
+            timing["env_s"] += time.perf_counter() - t0
+            still_active = []
+            for i, prompt, gen, p, res in zip(active, prompts, generations, parsed, results):
+                won_now = bool(res.info.get("won", False))
+                if env_cfg.reward == "success":
+                    reward = env_cfg.success_reward if (won_now and not won[i]) else 0.0
+                else:
+                    reward = float(res.reward)
+                if not p.valid:
+                    reward -= cfg.invalid_action_penalty
+                    invalid[i] += 1
+                done = res.done or not res.ok or step + 1 >= env_cfg.max_steps
+                task, group_id, traj_id = envs[i]
+                records.append({
+                    "group_id": group_id, "traj_id": traj_id, "step": step, "prompt_ids": prompt,
+                    "response_ids": gen.token_ids, "response_mask": [1.0] * len(gen.token_ids),
+                    "rollout_logprobs": gen.logprobs, "reward": reward, "done": done, "anchor_obs": obs[i],
+                    "action": p.action if p.valid else "", "action_valid": p.valid, "task_type": task_type[i],
+                })
+                won[i] = won_now
+                returns[i] += reward
+                length[i] += 1
+                if not res.ok:
+                    errors[i] = res.error
+                histories[i].add(obs[i], p.action)
+                obs[i], info[i] = res.obs, res.info
+                if not done:
+                    still_active.append(i)
+            counters["env_steps"] += len(active)
+            counters["generated_tokens"] += sum(len(g.token_ids) for g in generations)
+            counters["prompt_tokens"] += sum(len(p) for p in prompts)
+            counters["max_prompt_tokens"] = max(counters["max_prompt_tokens"], max(len(p) for p in prompts))
+            counters["truncated_prompts"] += truncated
+            counters["invalid_actions"] += sum(not p.valid for p in parsed)
+            counters["env_errors"] += sum(not r.ok for r in results)
+            active = still_active
+            step += 1
+        slot_of = {traj_id: i for i, (_, _, traj_id) in enumerate(envs)}
+        for r in records:
+            k = slot_of[r["traj_id"]]
+            r["success"], r["episode_return"] = won[k], returns[k]
+        records.sort(key=lambda r: (r["traj_id"], r["step"]))
+        episodes = [EpisodeResult(g, t, task, task_type[i], won[i], returns[i], length[i], invalid[i], errors[i])
+                    for i, (task, g, t) in enumerate(envs)]
+        stats = {**counters, **timing, "episodes": n, "rollout_s": time.perf_counter() - start}
+        if not records:
+            raise RuntimeError(f"no env step was recorded: every reset failed (first error: {errors[0]})")
+        return RolloutResult(StepBatch.from_records(records, pad_id=self.pad_id), episodes, stats)
+
+
+__all__ = ["EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "step_seed"]
