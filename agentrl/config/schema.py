@@ -166,6 +166,8 @@ class LearnerConfig:
     precision: str = F("auto", "auto = bf16 on GPU, fp32 on CPU", choices=("auto", "fp32", "bf16"))
     offload_optimizer: bool = F(False, "ZeRO optimizer state offload to CPU")
     offload_ref: bool = F(True, "keep the reference model's weights on CPU between passes")
+    cpu_shm_comm: bool = F(False, "on CPU, let DeepSpeed JIT-build its shared-memory all-reduce (about 40 s "
+                           "the first time); off = plain gloo collectives")
     lr: float = F(1e-6, "actor learning rate", gt=0)
     weight_decay: float = F(0.0, "AdamW weight decay", min=0)
     warmup_steps: int = F(0, "linear learning-rate warmup (optimizer steps)", min=0)

@@ -1,0 +1,92 @@
+"""Process-group setup for the learner ranks, and the few collectives the learner needs.
+
+Every rank reads its place from the usual variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``); a single process without them is rank 0 of 1 on a free local
+port. The backend is gloo on CPU and NCCL on GPU.
+
+DeepSpeed's CPU accelerator builds a shared-memory all-reduce extension (``deepspeed_shm_comm``)
+with a C++ JIT compile the first time a process group is created (about 40 s on a fresh machine).
+The learner's collectives are few and small, so by default that extension is switched off and
+gloo does the work; ``learner.cpu_shm_comm=true`` turns it back on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+SHM_COMM_OP = "deepspeed_shm_comm"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_from_env() -> RankInfo:
+    """This process's rank; fills in single-process defaults for the variables that are missing."""
+    if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+        os.environ.setdefault("LOCAL_RANK", "0")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+    missing = [k for k in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RuntimeError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} not set: "
+                           "start the learner ranks through LearnerGroup or a distributed launcher")
+    return RankInfo(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+
+
+def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
+    """Create (once per process) the default process group through DeepSpeed."""
+    import deepspeed
+    import deepspeed.ops
+
+    info = rank_from_env()
+    if dist.is_initialized():
+        if dist.get_world_size() != info.world_size:
+            raise RuntimeError(f"a process group of size {dist.get_world_size()} exists, WORLD_SIZE={info.world_size}")
+        return info
+    if device == "cpu" and not cpu_shm_comm:
+        deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False
+    if device.startswith("cuda"):
+        torch.cuda.set_device(info.local_rank)
+    deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo", verbose=False)
+    return info
+
+
+def _device_of_group() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def all_reduce_values(values: Sequence[float], op: str = "sum") -> list[float]:
+    """Reduce a few floats over all ranks (``sum``, ``max`` or ``min``); a no-op on one rank."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [float(v) for v in values]
+    tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_device_of_group())
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    dist.all_reduce(tensor, op=ops[op])
+    return tensor.cpu().tolist()
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

@@ -1,0 +1,436 @@
+"""The learner: a DeepSpeed ZeRO engine around a Hugging Face causal LM.
+
+One :class:`Learner` per rank. ``compute_logprobs`` fills ``old_logprobs`` (and ``hidden`` for
+BiPACE, from the same forward pass) and ``ref_logprobs``; ``update`` runs the PPO epochs;
+checkpoints, the rollout weights and the Hugging Face export live here too. Several ranks are
+started by :class:`agentrl.learner.group.LearnerGroup`. Design notes in docs/learner.md.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from agentrl.config.schema import Config
+from agentrl.data import StepBatch
+from agentrl.estimators import uses_action_level_ratio
+from agentrl.learner import distributed
+from agentrl.learner.losses import (ADDITIVE_METRICS, LossSettings, entropy_from_logits, inputs_finite,
+                                    loss_denominator, policy_loss)
+from agentrl.learner.sequences import (PackedSequences, gather_response, last_prompt_states, minibatch_plan, pack,
+                                       pack_batch, rank_micro_batches, response_positions)
+from agentrl.models.loading import load_model, load_tokenizer
+
+CHECKPOINT_TAG = "state"
+RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean")
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("trainer.device=cuda but no CUDA device is visible")
+    return name
+
+
+def deepspeed_config(cfg: Config, world_size: int, bf16: bool) -> dict[str, Any]:
+    """The DeepSpeed configuration of the actor engine (see docs/learner.md)."""
+    lc = cfg.learner
+    zero: dict[str, Any] = {"stage": lc.zero_stage}
+    if lc.zero_stage >= 2:
+        zero.update(contiguous_gradients=True, overlap_comm=False)
+    if lc.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+    config: dict[str, Any] = {
+        # the learner marks accumulation boundaries itself (set_gradient_accumulation_boundary)
+        "train_micro_batch_size_per_gpu": lc.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": lc.micro_batch_size * world_size,
+        "gradient_clipping": lc.grad_clip,
+        "zero_optimization": zero,
+        "bf16": {"enabled": bf16},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10 ** 9,
+        "wall_clock_breakdown": False,
+    }
+    if lc.offload_optimizer:
+        # ZeRO-Offload needs DeepSpeed's CPU Adam (a JIT-built extension); weight decay as in AdamW
+        config["optimizer"] = {"type": "AdamW", "params": {"lr": lc.lr, "weight_decay": lc.weight_decay}}
+    return config
+
+
+def _apply_lora(model, model_cfg):
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise RuntimeError("model.lora_rank > 0 needs peft: pip install 'agentrl[lora]'") from err
+    if model_cfg.gradient_checkpointing:
+        model.enable_input_require_grads()
+    lora = LoraConfig(r=model_cfg.lora_rank, lora_alpha=model_cfg.lora_alpha, lora_dropout=0.0,
+                      target_modules="all-linear", task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Learner:
+    """One data-parallel rank of the policy learner (rank and world size from the environment)."""
+
+    def __init__(self, cfg: Config, model_path: str, tokenizer_path: Optional[str] = None):
+        import deepspeed
+
+        t0 = time.perf_counter()
+        self.cfg = cfg
+        lc = cfg.learner
+        self.model_path = str(model_path)
+        self.tokenizer_path = str(tokenizer_path or model_path)
+        self.device = resolve_device(cfg.trainer.device)
+        self.ranks = distributed.init_process_group(self.device, lc.cpu_shm_comm)
+        precision = lc.precision if lc.precision != "auto" else ("bf16" if self.device == "cuda" else "fp32")
+        self.bf16 = precision == "bf16"
+        self.compute_dtype = torch.bfloat16 if self.bf16 else torch.float32
+        self.lora = cfg.model.lora_rank > 0
+
+        model = load_model(self.model_path, torch.float32, cfg.model.attn_implementation, cfg.model.trust_remote_code)
+        self.hf_config = model.config
+        self.num_layers = int(model.config.num_hidden_layers)
+        if cfg.model.gradient_checkpointing:
+            model.config.use_cache = False
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.lora:
+            model = _apply_lora(model, cfg.model)
+
+        self.ref_model = None
+        if lc.kl_coef > 0 and not self.lora:  # with LoRA the reference is the base model, adapter disabled
+            self.ref_model = load_model(self.model_path, self.compute_dtype, cfg.model.attn_implementation,
+                                        cfg.model.trust_remote_code).eval().requires_grad_(False)
+            self.ref_offloaded = self.device == "cuda" and lc.offload_ref
+            self.ref_model.to("cpu" if self.ref_offloaded else self.device)
+
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        ds_config = deepspeed_config(cfg, self.ranks.world_size, self.bf16)
+        optimizer = None if lc.offload_optimizer else torch.optim.AdamW(trainable, lr=lc.lr,
+                                                                        weight_decay=lc.weight_decay)
+        warmup = lc.warmup_steps
+
+        def schedule(opt):
+            return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, model_parameters=trainable, optimizer=optimizer, lr_scheduler=schedule, config=ds_config,
+            dist_init_required=False)
+        self.update_calls = 0
+        self.optimizer_steps = 0
+        self.init_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------------------- properties
+    @property
+    def rank(self) -> int:
+        return self.ranks.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks.world_size
+
+    @property
+    def torch_device(self) -> torch.device:
+        return self.engine.device
+
+    def _hidden_index(self) -> int:
+        layer = self.cfg.algorithm.bipace.hidden_layer
+        if not -(self.num_layers + 1) <= layer <= self.num_layers:
+            raise ValueError(f"algorithm.bipace.hidden_layer={layer} is outside the model's hidden states "
+                             f"(-{self.num_layers + 1}..{self.num_layers}; 0 = embeddings, "
+                             f"{self.num_layers} = last decoder layer)")
+        return layer
+
+    # ---------------------------------------------------------------------------------- forward
+    def _forward(self, model, packed: PackedSequences, output_hidden_states: bool = False):
+        packed = packed.to(self.torch_device)
+        return model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                     position_ids=packed.position_ids, logits_to_keep=packed.logits_to_keep,
+                     output_hidden_states=output_hidden_states, use_cache=False)
+
+    def _response_logprobs(self, logits: torch.Tensor, packed: PackedSequences, response_ids: torch.Tensor
+                           ) -> torch.Tensor:
+        """Log-probs [n, R] of the response tokens from the kept logits [n, K, V] (0 past each response)."""
+        packed = packed.to(logits.device)
+        pos, valid = response_positions(packed)
+        logsumexp = torch.logsumexp(logits.float(), dim=-1).gather(1, pos)
+        rows = torch.arange(logits.shape[0], device=logits.device).unsqueeze(1)
+        token_logits = logits[rows, pos, response_ids.to(logits.device)].float()
+        return torch.where(valid, token_logits - logsumexp, torch.zeros_like(logsumexp))
+
+    def _dummy_packed(self) -> PackedSequences:
+        one = torch.zeros(1, 1, dtype=torch.int64)
+        return pack(one, torch.ones(1, dtype=torch.int64), one, torch.zeros(1, 1), 0)
+
+    def _micro_batches(self, rows: int) -> list[torch.Tensor]:
+        """Row chunks of at most micro_batch_size; as many on every rank (empty ones pad)."""
+        size = self.cfg.learner.micro_batch_size
+        local = list(torch.arange(rows).split(size)) if rows else []
+        count = int(distributed.all_reduce_values([len(local)], "max")[0])
+        return local + [torch.zeros(0, dtype=torch.int64)] * (count - len(local))
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: StepBatch, with_hidden: Optional[bool] = None) -> StepBatch:
+        """Fill ``old_logprobs``, ``ref_logprobs`` (when ``kl_coef > 0``) and ``hidden`` (BiPACE).
+
+        One forward pass of the actor per micro-batch yields both the response log-probs and the
+        hidden state at the last prompt token of layer ``algorithm.bipace.hidden_layer``.
+        ``with_hidden`` defaults to "the configured estimator is bipace". With several ranks each
+        rank is given its own rows (see LearnerGroup); every rank runs as many forward passes.
+        """
+        if with_hidden is None:
+            with_hidden = self.cfg.algorithm.estimator == "bipace"
+        layer = self._hidden_index() if with_hidden else None
+        want_ref = self.cfg.learner.kl_coef > 0
+        self.engine.eval()
+        old, ref, hidden = [], [], []
+        if self.ref_model is not None and self.ref_offloaded:
+            self.ref_model.to(self.torch_device)
+        try:
+            for rows in self._micro_batches(len(batch)):
+                if len(rows) == 0:
+                    self._forward(self.engine, self._dummy_packed())
+                    if want_ref:
+                        self._reference_forward(self._dummy_packed())
+                    continue
+                micro = batch.select(rows)
+                packed = pack_batch(micro)
+                out = self._forward(self.engine, packed, output_hidden_states=with_hidden)
+                old.append(self._response_logprobs(out.logits, packed, micro.response_ids).cpu())
+                if with_hidden:
+                    states = out.hidden_states[layer]
+                    hidden.append(last_prompt_states(states, packed.to(states.device)).float().cpu())
+                del out
+                if want_ref:
+                    ref_logits = self._reference_forward(packed)
+                    ref.append(self._response_logprobs(ref_logits, packed, micro.response_ids).cpu())
+        finally:
+            if self.ref_model is not None and self.ref_offloaded:
+                self.ref_model.to("cpu")
+        width = batch.response_ids.shape[1]
+        columns: dict[str, Any] = {"old_logprobs": torch.cat(old) if old else torch.zeros(0, width)}
+        if want_ref:
+            columns["ref_logprobs"] = torch.cat(ref) if ref else torch.zeros(0, width)
+        if with_hidden:
+            columns["hidden"] = torch.cat(hidden) if hidden else torch.zeros(0, self.hf_config.hidden_size)
+        return batch.with_columns(**columns)
+
+    def _reference_forward(self, packed: PackedSequences) -> torch.Tensor:
+        if self.lora:
+            with self.engine.module.disable_adapter():
+                return self._forward(self.engine, packed).logits
+        return self._forward(self.ref_model, packed).logits
+
+    # ----------------------------------------------------------------------------------- update
+    def loss_settings(self, estimator_name: Optional[str] = None) -> LossSettings:
+        name = estimator_name or self.cfg.algorithm.estimator
+        params = {"action_level_ratio": self.cfg.algorithm.gagpo.action_level_ratio} if name == "gagpo" else None
+        return LossSettings.from_config(self.cfg.learner, uses_action_level_ratio(name, params))
+
+    def update(self, batch: StepBatch, estimator_name: Optional[str] = None) -> dict[str, float]:
+        """``ppo_epochs`` shuffled passes of mini-batches over ``batch``; mean metrics over optimizer steps.
+
+        Every rank is given the whole batch: the shuffle is the same on all ranks (seeded by
+        ``trainer.seed`` and the update count) and each rank trains on its slice of every
+        mini-batch. Losses are normalised by the whole mini-batch (all ranks), so the result does
+        not depend on the number of ranks or the micro-batch size. A mini-batch whose advantages
+        or old/reference log-probs are not finite is skipped before any forward pass.
+        """
+        lc = self.cfg.learner
+        if batch.advantages is None or batch.old_logprobs is None:
+            raise ValueError("update needs advantages (estimator) and old_logprobs (compute_logprobs)")
+        if lc.kl_coef > 0 and batch.ref_logprobs is None:
+            raise ValueError("learner.kl_coef > 0 needs ref_logprobs: run compute_logprobs first")
+        settings = self.loss_settings(estimator_name)
+        mode = settings.loss_agg_mode
+        generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + self.update_calls)
+        plan = minibatch_plan(len(batch), lc.mini_batch_size, lc.ppo_epochs, generator)
+        self.engine.train()
+        steps: list[dict[str, float]] = []
+        skipped_steps = skipped_micro = 0
+        tokens = 0
+        t0 = time.perf_counter()
+        for minibatch in plan:
+            micro_rows = rank_micro_batches(minibatch, self.rank, self.world_size, lc.micro_batch_size)
+            local = torch.cat(micro_rows)
+            mask = batch.response_mask[local]
+            ok = inputs_finite(mask, batch.advantages[local], batch.old_logprobs[local],
+                               batch.ref_logprobs[local] if lc.kl_coef > 0 else None)
+            denominator, bad = distributed.all_reduce_values([loss_denominator(mask, mode), 0.0 if ok else 1.0])
+            if bad:
+                skipped_steps += 1
+                continue
+            sums = dict.fromkeys(ADDITIVE_METRICS + RATE_METRICS + ("tokens",), 0.0)
+            ratio_max, ratio_min = -math.inf, math.inf
+            lr = self.scheduler.get_last_lr()[0]
+            for k, rows in enumerate(micro_rows):
+                self.engine.set_gradient_accumulation_boundary(k == len(micro_rows) - 1)
+                out = self._micro_step(batch, rows, settings, denominator) if len(rows) else None
+                if out is None or not out.finite:
+                    skipped_micro += int(out is not None)
+                    self._dummy_backward()
+                    continue
+                tokens += int(pack_batch(batch.select(rows)).num_tokens())
+                for key in ADDITIVE_METRICS:
+                    sums[key] += out.metrics.get(key, 0.0)
+                for key in RATE_METRICS:
+                    sums[key] += out.metrics[key] * out.num_tokens
+                sums["tokens"] += out.num_tokens
+                if out.num_tokens:
+                    ratio_max, ratio_min = max(ratio_max, out.metrics["ratio_max"]), min(ratio_min, out.metrics["ratio_min"])
+            self.engine.step()
+            self.optimizer_steps += 1
+            steps.append(self._reduce_step_metrics(sums, ratio_max, ratio_min, lr))
+        elapsed = time.perf_counter() - t0
+        self.update_calls += 1
+        metrics = {key: sum(s[key] for s in steps) / len(steps) for key in steps[0]} if steps else {}
+        if batch.ref_logprobs is None:
+            metrics.pop("kl_ref", None)
+        total_tokens = distributed.all_reduce_values([tokens])[0]
+        metrics.update(optimizer_steps=float(len(steps)), skipped_steps=float(skipped_steps),
+                       skipped_micro_batches=distributed.all_reduce_values([skipped_micro])[0],
+                       tokens_per_s=total_tokens / elapsed if elapsed > 0 else 0.0, update_s=elapsed)
+        return metrics
+
+    def _micro_step(self, batch: StepBatch, rows: torch.Tensor, settings: LossSettings, denominator: float):
+        micro = batch.select(rows)
+        packed = pack_batch(micro)
+        logits = self._forward(self.engine, packed).logits
+        logprobs = self._response_logprobs(logits, packed, micro.response_ids)
+        with nullcontext() if settings.entropy_coef > 0 else torch.no_grad():
+            entropy = gather_response(entropy_from_logits(logits), packed.to(logits.device))
+        device = logprobs.device
+        out = policy_loss(logprobs, micro.old_logprobs.to(device), micro.advantages.to(device),
+                          micro.response_mask.to(device), settings,
+                          ref_logprobs=micro.ref_logprobs.to(device) if micro.ref_logprobs is not None else None,
+                          entropy=entropy, denominator=denominator)
+        if out.finite:
+            # DeepSpeed averages gradients over ranks; the loss is already a share of the global mean
+            self.engine.backward(out.loss * self.world_size)
+        return out
+
+    def _dummy_backward(self) -> None:
+        """A zero-gradient forward/backward that keeps this rank in step with the others' collectives."""
+        logits = self._forward(self.engine, self._dummy_packed()).logits
+        self.engine.backward(logits.float().sum() * 0.0)
+
+    def _reduce_step_metrics(self, sums: dict[str, float], ratio_max: float, ratio_min: float, lr: float
+                             ) -> dict[str, float]:
+        keys = list(sums)
+        totals = dict(zip(keys, distributed.all_reduce_values([sums[k] for k in keys])))
+        rmax, neg_rmin = distributed.all_reduce_values([ratio_max, -ratio_min], "max")
+        tok = totals.pop("tokens")
+        step = {key: totals[key] for key in ADDITIVE_METRICS}
+        step.update({key: totals[key] / tok if tok else 0.0 for key in RATE_METRICS})
+        step.update(ratio_max=rmax if math.isfinite(rmax) else 1.0, ratio_min=-neg_rmin if math.isfinite(neg_rmin) else 1.0,
+                    lr=float(lr))
+        norm = self.engine.get_global_grad_norm()
+        if norm is not None:
+            step["grad_norm"] = float(norm)
+        return step
+
+    # ---------------------------------------------------------------------------------- weights
+    def _gather(self, params):
+        if self.cfg.learner.zero_stage == 3:
+            import deepspeed
+            return deepspeed.zero.GatheredParameters(list(params), modifier_rank=None)
+        return nullcontext()
+
+    def state_dict_for_rollout(self) -> dict[str, torch.Tensor]:
+        """Full weights with Hugging Face names (LoRA merged) on rank 0; ``{}`` on other ranks.
+
+        Collective under ZeRO-3 (every rank must call it): parameters are gathered one at a time.
+        """
+        module = self.engine.module
+        base = module.get_base_model() if self.lora else module
+        lora_owners = {}
+        if self.lora:
+            from peft.tuners.lora import LoraLayer
+            lora_owners = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+        out: dict[str, torch.Tensor] = {}
+        for name, param in base.named_parameters(remove_duplicate=False):
+            if ".lora_" in name:
+                continue
+            owner_name = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
+            owner = lora_owners.get(owner_name) if owner_name and name.endswith(".weight") else None
+            params = [param] + (list(owner.parameters()) if owner is not None else [])
+            with self._gather(params):
+                if self.ranks.is_main:
+                    value = param.detach().clone()
+                    if owner is not None:
+                        value += owner.get_delta_weight("default").to(value.dtype)
+                    out[name.replace(".base_layer.", ".")] = value.cpu()
+        return out
+
+    def export_hf(self, directory: str) -> Optional[Path]:
+        """Write a Hugging Face model directory (config, weights, tokenizer) on rank 0, atomically."""
+        from transformers import AutoModelForCausalLM
+
+        state = self.state_dict_for_rollout()
+        target = Path(directory)
+        if self.ranks.is_main:
+            config = self.hf_config.__class__.from_dict(self.hf_config.to_dict())
+            config.use_cache = True
+            model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
+            model.load_state_dict(state, strict=True)
+            tmp = target.with_name(target.name + ".partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(str(tmp))
+            load_tokenizer(self.tokenizer_path).save_pretrained(str(tmp))
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+        distributed.barrier()
+        return target if self.ranks.is_main else None
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, directory: str) -> Path:
+        """Model, optimizer, scheduler, RNG and counters; written to ``<dir>.partial`` then renamed."""
+        target = Path(directory)
+        tmp = target.with_name(target.name + ".partial")
+        if self.ranks.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        distributed.barrier()
+        client_state = {"update_calls": self.update_calls, "optimizer_steps": self.optimizer_steps}
+        self.engine.save_checkpoint(str(tmp), tag=CHECKPOINT_TAG, client_state=client_state, save_latest=False)
+        torch.save(_rng_state(), tmp / f"rng_rank{self.rank}.pt")
+        distributed.barrier()
+        if self.ranks.is_main:
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+        distributed.barrier()
+        return target
+
+    def load_checkpoint(self, directory: str) -> None:
+        directory = Path(directory)
+        if not (directory / CHECKPOINT_TAG).is_dir():
+            raise FileNotFoundError(f"{directory} is not a learner checkpoint (no {CHECKPOINT_TAG}/ inside)")
+        _, client_state = self.engine.load_checkpoint(str(directory), tag=CHECKPOINT_TAG, load_optimizer_states=True,
+                                                      load_lr_scheduler_states=True)
+        client_state = client_state or {}
+        self.update_calls = int(client_state.get("update_calls", 0))
+        self.optimizer_steps = int(client_state.get("optimizer_steps", 0))
+        rng_file = directory / f"rng_rank{self.rank}.pt"
+        if rng_file.is_file():
+            _set_rng_state(torch.load(rng_file, weights_only=False))

@@ -1,0 +1,124 @@
+"""Step records as model inputs: prompt + response in one right-padded sequence, and the
+mini-/micro-batch plan of an update.
+
+Row ``i`` becomes ``prompt_ids[i, :P_i] ++ response_ids[i, :L_i]`` where ``P_i`` is the prompt's
+length and ``L_i`` is one past the last trained response token (later response tokens cannot
+change the log-probs of trained ones: the model is causal). The sequence is right-padded, with
+attention mask 1 on real tokens and position ids ``0..P_i+L_i-1``. Response token ``j`` is
+predicted by the logits at position ``P_i - 1 + j``; the prompt's last token sits at ``P_i - 1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from agentrl.data import StepBatch
+
+
+@dataclasses.dataclass
+class PackedSequences:
+    input_ids: torch.Tensor        # [n, T] int64
+    attention_mask: torch.Tensor   # [n, T] int64
+    position_ids: torch.Tensor     # [n, T] int64
+    prompt_lengths: torch.Tensor   # [n]
+    response_lengths: torch.Tensor  # [n]
+    response_width: int            # R, the batch's response column count
+    keep_from: int                 # first position whose logits are needed (the shortest prompt's last token)
+
+    @property
+    def logits_to_keep(self) -> int:
+        """How many final positions need logits (passed to Hugging Face ``logits_to_keep``)."""
+        return self.input_ids.shape[1] - self.keep_from
+
+    def num_tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+    def to(self, device: torch.device | str) -> "PackedSequences":
+        return dataclasses.replace(self, **{f: getattr(self, f).to(device) for f in (
+            "input_ids", "attention_mask", "position_ids", "prompt_lengths", "response_lengths")})
+
+
+def response_lengths(response_mask: torch.Tensor) -> torch.Tensor:
+    """One past the last trained token of each row (0 for rows with no trained token)."""
+    width = response_mask.shape[1]
+    positions = torch.arange(1, width + 1, device=response_mask.device).expand_as(response_mask)
+    return torch.where(response_mask > 0, positions, torch.zeros_like(positions)).amax(dim=1) if width else \
+        torch.zeros(response_mask.shape[0], dtype=torch.int64)
+
+
+def pack(prompt_ids: torch.Tensor, prompt_lengths: torch.Tensor, response_ids: torch.Tensor,
+         response_mask: torch.Tensor, pad_id: int) -> PackedSequences:
+    """Concatenate each row's real prompt and response tokens into a right-padded batch."""
+    n = prompt_ids.shape[0]
+    p_len = prompt_lengths.to(torch.int64)
+    if bool((p_len < 1).any()):
+        raise ValueError("every step record needs at least one prompt token")
+    r_len = response_lengths(response_mask).to(torch.int64)
+    total = p_len + r_len
+    width = int(total.max()) if n else 1
+    cols = torch.arange(width).unsqueeze(0).expand(n, width)
+    # source column inside the prompt or inside the response for every output position
+    in_prompt = cols < p_len.unsqueeze(1)
+    in_response = (~in_prompt) & (cols < total.unsqueeze(1))
+    prompt_part = prompt_ids.gather(1, cols.clamp(max=prompt_ids.shape[1] - 1))
+    r_cols = (cols - p_len.unsqueeze(1)).clamp(0, max(response_ids.shape[1] - 1, 0))
+    response_part = response_ids.gather(1, r_cols) if response_ids.shape[1] else torch.zeros_like(prompt_part)
+    input_ids = torch.where(in_prompt, prompt_part, torch.where(in_response, response_part,
+                                                                torch.full_like(prompt_part, pad_id)))
+    attention_mask = (in_prompt | in_response).to(torch.int64)
+    position_ids = torch.where(attention_mask.bool(), cols, torch.zeros_like(cols)).contiguous()
+    keep_from = int(p_len.min()) - 1 if n else 0
+    return PackedSequences(input_ids.contiguous(), attention_mask, position_ids, p_len, r_len,
+                           int(response_ids.shape[1]), keep_from)
+
+
+def pack_batch(batch: StepBatch) -> PackedSequences:
+    return pack(batch.prompt_ids, batch.prompt_lengths, batch.response_ids, batch.response_mask, batch.pad_id)
+
+
+def response_positions(packed: PackedSequences) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices into the kept logits ([n, R]) that predict each response token, and a validity mask."""
+    j = torch.arange(packed.response_width, device=packed.input_ids.device).unsqueeze(0)
+    pos = packed.prompt_lengths.unsqueeze(1) - 1 + j - packed.keep_from
+    valid = j < packed.response_lengths.unsqueeze(1)
+    last = max(packed.logits_to_keep - 1, 0)
+    return pos.clamp(0, last), valid
+
+
+def gather_response(per_position: torch.Tensor, packed: PackedSequences) -> torch.Tensor:
+    """Pick the kept-position values [n, K, ...] that predict each response token -> [n, R, ...]."""
+    pos, _ = response_positions(packed)
+    index = pos.view(*pos.shape, *([1] * (per_position.dim() - 2))).expand(*pos.shape, *per_position.shape[2:])
+    return per_position.gather(1, index)
+
+
+def last_prompt_states(hidden_states: torch.Tensor, packed: PackedSequences) -> torch.Tensor:
+    """The hidden state [n, d] at each row's last prompt token from a full-length [n, T, d] tensor."""
+    rows = torch.arange(hidden_states.shape[0], device=hidden_states.device)
+    return hidden_states[rows, packed.prompt_lengths.to(hidden_states.device) - 1]
+
+
+# ----------------------------------------------------------------------------------- update plan
+def minibatch_plan(num_rows: int, mini_batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Row indices of every mini-batch: ``epochs`` shuffled passes, each cut into mini-batches."""
+    plan: list[torch.Tensor] = []
+    for _ in range(epochs):
+        order = torch.randperm(num_rows, generator=generator)
+        plan.extend(order.split(mini_batch_size))
+    return plan
+
+
+def rank_micro_batches(minibatch: torch.Tensor, rank: int, world_size: int, micro_batch_size: int) -> list[torch.Tensor]:
+    """This rank's micro-batches of one mini-batch.
+
+    The mini-batch is split into ``world_size`` contiguous parts and this rank's part into the
+    same number of micro-batches on every rank (``ceil(ceil(len / world) / micro)``), so all
+    ranks run the same number of forward/backward passes; a part may contain empty micro-batches.
+    """
+    per_rank = math.ceil(len(minibatch) / world_size)
+    count = max(1, math.ceil(per_rank / micro_batch_size))
+    part = torch.tensor_split(minibatch, world_size)[rank]
+    return list(torch.tensor_split(part, count))
