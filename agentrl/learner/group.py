@@ -1,0 +1,136 @@
+"""Start the learner ranks and fan calls out to them.
+
+``LearnerGroup(cfg, model_path)`` with ``learner.num_ranks == 1`` builds one :class:`Learner`
+in this process (no Ray). With more ranks it starts one Ray actor per rank (``num_cpus=1`` each
+on CPU, one GPU each on GPU), gives them ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``
+and creates the DeepSpeed process group in all of them at once. The trainer calls the same
+methods either way:
+
+* ``compute_logprobs(batch)``: each rank gets a contiguous slice of the rows; the filled columns
+  are put back together in the original order;
+* ``update(batch)``: the batch goes once into the object store and every rank reads it; each rank
+  trains on its slice of every mini-batch; metrics are already reduced over ranks;
+* ``state_dict_for_rollout()``, ``export_hf(dir)``: collective; rank 0's result is returned;
+* ``save_checkpoint(dir)`` / ``load_checkpoint(dir)``: collective.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import torch
+
+from agentrl.config.schema import Config
+from agentrl.data import StepBatch
+from agentrl.learner.distributed import free_port
+from agentrl.learner.engine import Learner, resolve_device
+
+FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
+
+
+class LearnerRank:
+    """The body of one rank's Ray actor: sets the rank's environment, then holds a Learner."""
+
+    def __init__(self, env: dict[str, str]):
+        os.environ.update(env)
+        self.learner: Optional[Learner] = None
+
+    def node_address(self) -> tuple[str, int]:
+        import ray
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def start(self, cfg: Config, model_path: str, tokenizer_path: Optional[str], env: dict[str, str]) -> float:
+        os.environ.update(env)
+        self.learner = Learner(cfg, model_path, tokenizer_path)
+        return self.learner.init_seconds
+
+    def logprob_columns(self, batch: StepBatch, with_hidden: Optional[bool]) -> dict[str, torch.Tensor]:
+        filled = self.learner.compute_logprobs(batch, with_hidden)
+        return {name: getattr(filled, name) for name in FILLED_COLUMNS if getattr(filled, name) is not None}
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.learner, method)(*args)
+
+
+class LearnerGroup:
+    """The learner ranks behind one handle: in-process for one rank, Ray actors for more."""
+
+    def __init__(self, cfg: Config, model_path: str, tokenizer_path: Optional[str] = None):
+        self.cfg = cfg
+        self.num_ranks = cfg.learner.num_ranks
+        self.local: Optional[Learner] = None
+        self.actors: list[Any] = []
+        if self.num_ranks == 1:
+            self.local = Learner(cfg, model_path, tokenizer_path)
+            self.init_seconds = self.local.init_seconds
+            return
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+        gpu = resolve_device(cfg.trainer.device) == "cuda"
+        remote_rank = ray.remote(LearnerRank).options(num_cpus=1, num_gpus=1 if gpu else 0)
+        base_env = {"WORLD_SIZE": str(self.num_ranks), "DS_ACCELERATOR": "cuda" if gpu else "cpu"}
+        self.actors = [remote_rank.remote({**base_env, "RANK": str(r)}) for r in range(self.num_ranks)]
+        address, port = ray.get(self.actors[0].node_address.remote())
+        envs = [{**base_env, "RANK": str(r), "MASTER_ADDR": address, "MASTER_PORT": str(port),
+                 # each actor sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES), so it is device 0
+                 "LOCAL_RANK": "0" if gpu else str(r)} for r in range(self.num_ranks)]
+        seconds = ray.get([a.start.remote(cfg, model_path, tokenizer_path, env) for a, env in zip(self.actors, envs)])
+        self.init_seconds = max(seconds)
+
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        import ray
+
+        return ray.get([a.call.remote(method, *args) for a in self.actors])
+
+    def compute_logprobs(self, batch: StepBatch, with_hidden: Optional[bool] = None) -> StepBatch:
+        if self.local is not None:
+            return self.local.compute_logprobs(batch, with_hidden)
+        import ray
+
+        shards = torch.tensor_split(torch.arange(len(batch)), self.num_ranks)
+        parts = ray.get([a.logprob_columns.remote(batch.select(rows), with_hidden)
+                         for a, rows in zip(self.actors, shards)])
+        columns = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+        return batch.with_columns(**columns)
+
+    def update(self, batch: StepBatch, estimator_name: Optional[str] = None) -> dict[str, float]:
+        if self.local is not None:
+            return self.local.update(batch, estimator_name)
+        import ray
+
+        return self._all("update", ray.put(batch), estimator_name)[0]
+
+    def state_dict_for_rollout(self) -> dict[str, torch.Tensor]:
+        if self.local is not None:
+            return self.local.state_dict_for_rollout()
+        return self._all("state_dict_for_rollout")[0]
+
+    def save_checkpoint(self, directory: str) -> None:
+        if self.local is not None:
+            self.local.save_checkpoint(directory)
+        else:
+            self._all("save_checkpoint", directory)
+
+    def load_checkpoint(self, directory: str) -> None:
+        if self.local is not None:
+            self.local.load_checkpoint(directory)
+        else:
+            self._all("load_checkpoint", directory)
+
+    def export_hf(self, directory: str) -> None:
+        if self.local is not None:
+            self.local.export_hf(directory)
+        else:
+            self._all("export_hf", directory)
+
+    def shutdown(self) -> None:
+        """Stop the rank actors (the in-process learner is left to garbage collection)."""
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []

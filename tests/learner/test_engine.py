@@ -1,0 +1,205 @@
+"""The DeepSpeed learner on a tiny random Qwen2 model (CPU, gloo, one process)."""
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentrl.learner.engine import Learner
+from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches
+from tiny_setup import learner_config, step_batch, write_tiny_model
+
+HIDDEN_LAYER = 1
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_dir):
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def make_learner(model_dir, **learner):
+    cfg = learner_config(**learner)
+    cfg.algorithm.estimator = "bipace"
+    cfg.algorithm.bipace.hidden_layer = HIDDEN_LAYER
+    return Learner(cfg, model_dir)
+
+
+@pytest.fixture(scope="module")
+def zero2(model_dir):
+    return make_learner(model_dir, zero_stage=2)
+
+
+@pytest.fixture(scope="module")
+def zero3(model_dir):
+    return make_learner(model_dir, zero_stage=3)
+
+
+def reference_pass(hf_model, batch):
+    """Per-row unpadded Hugging Face forward: response log-probs and the last-prompt-token state."""
+    logprobs = torch.zeros(batch.response_ids.shape)
+    hidden = []
+    with torch.no_grad():
+        for i in range(len(batch)):
+            p = int(batch.prompt_lengths[i])
+            ids = torch.cat([batch.prompt_ids[i, :p], batch.response_ids[i]]).unsqueeze(0)
+            out = hf_model(input_ids=ids, output_hidden_states=True)
+            logp = torch.log_softmax(out.logits[0].float(), dim=-1)
+            for j in range(batch.response_ids.shape[1]):
+                logprobs[i, j] = logp[p - 1 + j, batch.response_ids[i, j]]
+            hidden.append(out.hidden_states[HIDDEN_LAYER][0, p - 1])
+    return logprobs, torch.stack(hidden)
+
+
+def weights(learner):
+    return {k: v.clone() for k, v in learner.state_dict_for_rollout().items()}
+
+
+# --------------------------------------------------------------------------------------- packing
+def test_pack_concatenates_real_tokens_right_padded():
+    prompt = torch.tensor([[5, 6, 0], [7, 0, 0]])
+    response = torch.tensor([[8, 9, 0], [10, 11, 12]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    packed = pack(prompt, torch.tensor([2, 1]), response, mask, pad_id=0)
+    assert packed.input_ids.tolist() == [[5, 6, 8, 9], [7, 10, 11, 12]]
+    assert packed.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 1]]
+    packed = pack(prompt, torch.tensor([2, 1]), response, torch.tensor([[1.0, 0, 0], [1.0, 0, 0]]), pad_id=3)
+    assert packed.input_ids.tolist() == [[5, 6, 8], [7, 10, 3]]
+    assert packed.attention_mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert packed.position_ids.tolist() == [[0, 1, 2], [0, 1, 0]]
+    assert packed.keep_from == 0 and packed.logits_to_keep == 3
+
+
+def test_update_plan_gives_every_rank_the_same_number_of_micro_batches():
+    plan = minibatch_plan(7, 5, 2, torch.Generator().manual_seed(0))
+    assert [len(m) for m in plan] == [5, 2, 5, 2]
+    assert sorted(torch.cat(plan[:2]).tolist()) == list(range(7))
+    for minibatch in plan:
+        per_rank = [rank_micro_batches(minibatch, r, 2, 2) for r in range(2)]
+        assert len(per_rank[0]) == len(per_rank[1])
+        assert sorted(torch.cat([torch.cat(p) for p in per_rank]).tolist()) == sorted(minibatch.tolist())
+        assert all(len(m) <= 2 for p in per_rank for m in p)
+
+
+# ------------------------------------------------------------------------------- log-prob pass
+@pytest.mark.parametrize("stage", [2, 3])
+def test_compute_logprobs_matches_hugging_face(stage, zero2, zero3, hf_model):
+    learner = zero2 if stage == 2 else zero3
+    batch = step_batch(5, seed=1)
+    filled = learner.compute_logprobs(batch)
+    expected_logprobs, expected_hidden = reference_pass(hf_model, batch)
+    trained = batch.response_mask > 0
+    assert filled.old_logprobs.shape == batch.response_ids.shape
+    assert torch.allclose(filled.old_logprobs[trained], expected_logprobs[trained], atol=1e-5)
+    assert torch.allclose(filled.hidden, expected_hidden, atol=1e-5)
+    # the reference model starts from the same weights
+    assert torch.allclose(filled.ref_logprobs[trained], expected_logprobs[trained], atol=1e-5)
+
+
+def test_hidden_only_for_bipace_and_layer_checked(zero2):
+    batch = step_batch(3, seed=2)
+    assert zero2.compute_logprobs(batch, with_hidden=False).hidden is None
+    zero2.cfg.algorithm.bipace.hidden_layer = -8
+    try:
+        with pytest.raises(ValueError, match="hidden_layer"):
+            zero2.compute_logprobs(batch)
+    finally:
+        zero2.cfg.algorithm.bipace.hidden_layer = HIDDEN_LAYER
+
+
+# ----------------------------------------------------------------------------------------- update
+def test_zero2_and_zero3_give_the_same_first_update(zero2, zero3):
+    batch = step_batch(6, seed=4)
+    m2 = zero2.update(zero2.compute_logprobs(batch))
+    m3 = zero3.update(zero3.compute_logprobs(batch))
+    assert m2["loss"] == pytest.approx(m3["loss"], rel=1e-5, abs=1e-6)
+    assert m2["grad_norm"] == pytest.approx(m3["grad_norm"], rel=1e-4)
+    assert zero2.state_dict_for_rollout().keys() == zero3.state_dict_for_rollout().keys()
+
+
+def test_update_changes_weights_and_lowers_the_loss_on_a_fixed_batch(zero2):
+    batch = zero2.compute_logprobs(step_batch(6, seed=5))
+    before = weights(zero2)
+    losses = [zero2.update(batch)["pg_loss"] for _ in range(4)]
+    after = weights(zero2)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert losses[-1] < losses[0]
+    metrics = zero2.update(batch)
+    for key in ("loss", "pg_loss", "kl_ref", "entropy", "pg_clipfrac", "approx_kl", "grad_norm", "tokens_per_s"):
+        assert math.isfinite(metrics[key]), key
+    assert metrics["optimizer_steps"] == 1 and metrics["skipped_steps"] == 0
+
+
+def test_non_finite_advantages_skip_the_optimizer_step(zero2):
+    batch = zero2.compute_logprobs(step_batch(6, seed=6))
+    advantages = batch.advantages.clone()
+    advantages[2] = float("nan")
+    before = weights(zero2)
+    metrics = zero2.update(batch.with_columns(advantages=advantages))
+    assert metrics["skipped_steps"] == 1 and metrics["optimizer_steps"] == 0
+    after = weights(zero2)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_action_level_ratio_is_used_for_gagpo(zero2):
+    assert zero2.loss_settings("gagpo").action_level_ratio
+    assert not zero2.loss_settings("grpo").action_level_ratio
+
+
+# -------------------------------------------------------------------------- checkpoints / export
+def test_checkpoint_round_trip_gives_identical_next_losses(zero2, tmp_path):
+    batch = zero2.compute_logprobs(step_batch(6, seed=7))
+    zero2.save_checkpoint(str(tmp_path / "ckpt"))
+    assert not (tmp_path / "ckpt.partial").exists()
+    first = [zero2.update(batch)["loss"] for _ in range(2)]
+    zero2.load_checkpoint(str(tmp_path / "ckpt"))
+    again = [zero2.update(batch)["loss"] for _ in range(2)]
+    assert again == pytest.approx(first, rel=1e-6, abs=1e-7)
+
+
+def test_export_hf_loads_with_auto_model(zero2, tmp_path):
+    out = zero2.export_hf(str(tmp_path / "hf"))
+    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    state = zero2.state_dict_for_rollout()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, state[name]), name
+    assert (out / "tokenizer.json").is_file()
+
+
+def test_state_dict_for_rollout_under_zero3_is_full(zero3, hf_model):
+    state = zero3.state_dict_for_rollout()
+    for name, tensor in hf_model.state_dict().items():
+        assert state[name].shape == tensor.shape, name
+
+
+# ------------------------------------------------------------------------------------------- LoRA
+def test_lora_trains_the_adapter_and_merges_for_rollout(model_dir, hf_model):
+    pytest.importorskip("peft", reason="LoRA needs peft (pip install 'agentrl[lora]')")
+    learner = make_learner(model_dir, zero_stage=2, lr=1e-2)
+    cfg = learner.cfg
+    cfg.model.lora_rank = 4
+    lora = Learner(cfg, model_dir)
+    batch = lora.compute_logprobs(step_batch(6, seed=8))
+    trained = batch.response_mask > 0
+    # reference = base model with the adapter disabled = the actor before training
+    assert torch.allclose(batch.ref_logprobs[trained], batch.old_logprobs[trained], atol=1e-5)
+    base = {k: v.clone() for k, v in hf_model.state_dict().items()}
+    for _ in range(2):
+        lora.update(batch)
+    merged = lora.state_dict_for_rollout()
+    assert merged.keys() == base.keys()
+    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
+    assert torch.equal(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    # the merged weights reproduce the adapted model's log-probs
+    plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    plain.load_state_dict(merged)
+    adapted = lora.compute_logprobs(batch).old_logprobs
+    again = learner.compute_logprobs(batch).old_logprobs  # a full-weight learner, not trained yet
+    assert not torch.allclose(adapted[trained], again[trained], atol=1e-4)
+    reference, _ = reference_pass(plain.eval(), batch)
+    assert torch.allclose(adapted[trained], reference[trained], atol=1e-5)
