@@ -90,6 +90,15 @@ class RolloutResult:
         return RolloutResult(batch, episodes, stats)
 
 
+def make_sampling_params(rollout_cfg, stop_token_ids: Sequence[int], stop_strings: Sequence[str] = (),
+                         temperature: float | None = None, seed: int = 0) -> SamplingParams:
+    """Sampling from ``rollout.*``; ``temperature`` overrides (0 = greedy, e.g. for validation)."""
+    temp = rollout_cfg.temperature if temperature is None else float(temperature)
+    return SamplingParams(max_tokens=rollout_cfg.max_response_tokens, temperature=temp,
+                          top_p=rollout_cfg.top_p if temp > 0 else 1.0, top_k=rollout_cfg.top_k if temp > 0 else -1,
+                          stop_token_ids=tuple(stop_token_ids), stop_strings=tuple(stop_strings), seed=int(seed))
+
+
 def step_seed(seed: int, wave: int, step: int) -> int:
     """The sampling seed of one generate call (distinct for every wave and step of a rollout)."""
     return (int(seed) * 1_000_003 + wave * 10_007 + step) & _SEED_MASK
@@ -126,11 +135,7 @@ class RolloutEngine:
     # ----- sampling --------------------------------------------------------------------------------
     def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
         """Training sampling from ``rollout.*`` (``temperature`` overrides, e.g. for validation)."""
-        cfg = self.rollout_cfg
-        temp = cfg.temperature if temperature is None else float(temperature)
-        return SamplingParams(max_tokens=cfg.max_response_tokens, temperature=temp,
-                              top_p=cfg.top_p if temp > 0 else 1.0, top_k=cfg.top_k if temp > 0 else -1,
-                              stop_token_ids=self.stop_token_ids, stop_strings=self.stop_strings, seed=seed)
+        return make_sampling_params(self.rollout_cfg, self.stop_token_ids, self.stop_strings, temperature, seed)
 
     # ----- prompts -----------------------------------------------------------------------------------
     def encode_prompts(self, texts: Sequence[str]) -> tuple[list[list[int]], int]:
@@ -272,4 +277,5 @@ class RolloutEngine:
         return RolloutResult(StepBatch.from_records(records, pad_id=self.pad_id), episodes, stats)
 
 
-__all__ = ["EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "step_seed"]
+__all__ = ["EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "make_sampling_params",
+           "step_seed"]

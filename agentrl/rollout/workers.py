@@ -1,0 +1,189 @@
+"""Ray rollout workers: W actors, each with a generation backend and a share of the env instances.
+
+    group = RolloutWorkerGroup(model_dir, cfg.rollout, cfg.env, num_workers=2)
+    result = group.run(tasks, group_size=8, seed=iteration)     # RolloutResult, ids global
+    group.load_weights(learner_state_dict)                      # broadcast once, loaded by all
+    group.close()
+
+The environments live in pool server actors (:mod:`agentrl.envs.server`), launched by the group
+or given to it (running Ray actors, or the URL of ``agentrl envs serve``). The pool's instance
+ids are split into W contiguous ranges, one per worker; each call's tasks are split into W
+contiguous chunks of whole groups, and every worker numbers its groups and trajectories with the
+global ids, so the merged :class:`~agentrl.rollout.engine.RolloutResult` is the same shape as a
+single engine's. The same code runs on one box (a local Ray cluster) and across nodes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from agentrl.envs.base import TaskRef
+from agentrl.rollout.backends.base import SamplingParams
+from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
+
+WORKER_SEED_STRIDE = 7919
+
+
+def split_evenly(count: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ``(start, stop)`` ranges covering ``0..count-1``, sizes differing by <= 1."""
+    base, extra = divmod(count, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+class RolloutWorker:
+    """One rollout worker (run as a Ray actor by :class:`RolloutWorkerGroup`, or in-process).
+
+    ``env_source`` is a list of env pool actor handles or the URL of an HTTP env server;
+    ``instance_ids`` are the pool instances this worker uses.
+    """
+
+    def __init__(self, model_dir: str, rollout_cfg, env_cfg, env_source: Any, instance_ids: Sequence[int], *,
+                 backend: str = "torch", device: str = "cpu", dtype: str = "float32", seed: int = 0,
+                 torch_threads: int | None = None, stop_strings: Sequence[str] = ()):
+        from agentrl.envs.server import EnvClient
+        from agentrl.models import load_tokenizer, resolve_dtype
+        from agentrl.rollout.backends import make_backend
+
+        if torch_threads:
+            torch.set_num_threads(int(torch_threads))
+        self.tokenizer = load_tokenizer(model_dir)
+        self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
+                                    max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
+                                    seed=seed, vllm_cfg=rollout_cfg.vllm)
+        if isinstance(env_source, str):
+            self.client = EnvClient.http(env_source, timeout=env_cfg.step_timeout_s)
+        else:
+            self.client = EnvClient.ray_actors(list(env_source), timeout=env_cfg.step_timeout_s)
+        self.engine = RolloutEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
+                                    instance_ids=instance_ids, stop_strings=stop_strings)
+
+    def ready(self) -> bool:
+        return True
+
+    def run(self, tasks: Sequence[TaskRef], group_size: int, group_ids: Sequence[int], traj_id_start: int,
+            sampling: SamplingParams, seed: int) -> RolloutResult:
+        return self.engine.run(tasks, group_size, sampling=sampling.with_seed(seed), seed=seed,
+                               group_ids=group_ids, traj_id_start=traj_id_start)
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        self.backend.load_weights(state_dict)
+
+    def backend_stats(self) -> dict[str, float]:
+        return self.backend.stats()
+
+    def close(self) -> None:
+        self.client.close()
+        self.backend.close()
+
+
+class RolloutWorkerGroup:
+    """``num_workers`` Ray rollout workers over one set of env pool servers.
+
+    Env pools: ``env_url`` (an ``agentrl envs serve`` server) or ``env_actors`` (running pool
+    actors) when given, else ``env_cfg.num_servers`` pool actors of ``num_envs`` instances in all
+    (default ``tasks_per_iteration x group_size``) are launched here and closed with the group.
+    Ray must be initialised. ``worker_num_cpus``/``env_num_cpus`` are the Ray CPU reservations of
+    one worker and one env pool shard.
+    """
+
+    def __init__(self, model_dir: str, rollout_cfg, env_cfg, *, num_workers: int | None = None,
+                 num_envs: int | None = None, env_kwargs: dict[str, Any] | None = None,
+                 env_url: str | None = None, env_actors: Sequence[Any] | None = None, backend: str | None = None,
+                 device: str = "cpu", dtype: str = "float32", worker_num_cpus: float = 1.0,
+                 env_num_cpus: float = 1.0, num_gpus_per_worker: float = 0.0, torch_threads: int | None = 1,
+                 stop_strings: Sequence[str] = ()):
+        import ray
+
+        from agentrl.envs.server.ray_pool import launch_ray_shards
+        from agentrl.models import load_tokenizer, stop_token_ids
+
+        self.rollout_cfg, self.env_cfg = rollout_cfg, env_cfg
+        self.num_workers = int(num_workers or rollout_cfg.num_workers)
+        self.num_envs = int(num_envs or env_cfg.tasks_per_iteration * env_cfg.group_size)
+        if self.num_envs < self.num_workers:
+            raise ValueError(f"{self.num_envs} env instances cannot be split over {self.num_workers} workers")
+        self._owned_actors: list[Any] = []
+        if env_url is not None:
+            env_source: Any = env_url
+        elif env_actors is not None:
+            env_source = list(env_actors)
+        else:
+            kwargs = {"max_steps": env_cfg.max_steps, **dict(env_cfg.kwargs), **dict(env_kwargs or {})}
+            self._owned_actors = launch_ray_shards(env_cfg.name, self.num_envs, kwargs,
+                                                   num_shards=env_cfg.num_servers, num_cpus_per_shard=env_num_cpus)
+            env_source = self._owned_actors
+        tokenizer = load_tokenizer(model_dir)
+        self.stop_token_ids = tuple(stop_token_ids(tokenizer))
+        self.stop_strings = tuple(stop_strings)
+        self.instance_ranges = split_evenly(self.num_envs, self.num_workers)
+        actor_class = ray.remote(RolloutWorker).options(num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker)
+        self.workers = [actor_class.remote(model_dir, rollout_cfg, env_cfg, env_source, list(range(lo, hi)),
+                                           backend=backend or rollout_cfg.backend, device=device, dtype=dtype,
+                                           seed=i, torch_threads=torch_threads, stop_strings=stop_strings)
+                        for i, (lo, hi) in enumerate(self.instance_ranges)]
+        ray.get([w.ready.remote() for w in self.workers])
+
+    def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
+        return make_sampling_params(self.rollout_cfg, self.stop_token_ids, self.stop_strings, temperature, seed)
+
+    def run(self, tasks: Sequence[TaskRef], group_size: int, *, sampling: SamplingParams | None = None,
+            seed: int = 0) -> RolloutResult:
+        """``group_size`` episodes of every task, spread over the workers; one merged result."""
+        import ray
+
+        if not tasks:
+            raise ValueError("no tasks to roll out")
+        sampling = sampling or self.sampling_params(seed=seed)
+        start = time.perf_counter()
+        calls = []
+        for w, (lo, hi) in enumerate(split_evenly(len(tasks), self.num_workers)):
+            if lo == hi:
+                continue
+            calls.append(self.workers[w].run.remote(list(tasks[lo:hi]), group_size, list(range(lo, hi)),
+                                                    lo * group_size, sampling,
+                                                    int(seed) + WORKER_SEED_STRIDE * w))
+        result = RolloutResult.merge(ray.get(calls))
+        result.stats["wall_s"] = time.perf_counter() - start
+        return result
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Send the weights once (Ray object store) and load them into every worker's backend."""
+        import ray
+
+        ref = ray.put({k: v.detach().to("cpu") for k, v in state_dict.items()})
+        ray.get([w.load_weights.remote(ref) for w in self.workers])
+
+    def backend_stats(self) -> list[dict[str, float]]:
+        import ray
+
+        return ray.get([w.backend_stats.remote() for w in self.workers])
+
+    def close(self) -> None:
+        import ray
+
+        for w in self.workers:
+            try:
+                ray.get(w.close.remote(), timeout=30)
+            except Exception:  # noqa: BLE001 - the actor is killed below anyway
+                pass
+            ray.kill(w, no_restart=True)
+        for actor in self._owned_actors:
+            ray.kill(actor, no_restart=True)
+        self.workers, self._owned_actors = [], []
+
+    def __enter__(self) -> "RolloutWorkerGroup":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["RolloutWorker", "RolloutWorkerGroup", "split_evenly"]

@@ -1,0 +1,41 @@
+"""Shared fixtures: a tiny random-init model directory (hidden 64, 2 layers) and configs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.config.schema import TinyModelConfig
+from agentrl.data.demonstrations import corpus_texts
+from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
+
+TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128,
+                       max_position_embeddings=2048)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """The test machines are small and shared: one thread per process avoids oversubscription."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """Byte-level BPE trained on TextCraft and WebShop expert text, and a random tiny model."""
+    texts = []
+    for env in ("textcraft", "webshop"):
+        texts += corpus_texts(env, {}, "train", 30, history_length=2, think=True, style="compact")
+    tokenizer = train_tokenizer(texts, vocab_size=600, kind="bpe")
+    model = build_tiny_model(TINY, tokenizer, seed=0)
+    out = tmp_path_factory.mktemp("models") / "tiny"
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    return load_tokenizer(tiny_model_dir)
