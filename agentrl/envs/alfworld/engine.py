@@ -1,0 +1,36 @@
+"""The real ALFWorld engine: TextWorld's ``PddlEnv`` with ALFWorld's own wrappers.
+
+This is the stack ALFWorld's ``AlfredTWEnv.init_env`` builds for one game, minus the gym batching:
+``PddlEnv`` -> ``AlfredDemangler`` (PDDL ids -> ``cabinet 1`` names; no shuffling, as in
+evaluation) -> ``AlfredInfos`` (adds the game file). Imported lazily: ``textworld`` takes about
+two seconds to import.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def engine_available() -> bool:
+    """True when the ``alfworld`` and ``textworld`` packages (with Fast Downward) can be imported."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("alfworld", "textworld", "fast_downward"))
+
+
+def load_engine_env(game: str | Mapping[str, Any], policy_commands: bool = False):
+    """A loaded ALFWorld engine env for one ``game.tw-pddl`` (path or parsed content).
+
+    ``reset()`` returns TextWorld's ``GameState`` (``feedback``, ``admissible_commands``, ``won``,
+    ``extra.gamefile``; with ``policy_commands`` also the planner's plan from that state) and
+    ``step(cmd)`` returns ``(state, score, done)``.
+    """
+    import textworld
+    from textworld.envs import PddlEnv
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=policy_commands,
+                               extras=["gamefile"])
+    env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
+    env.load(game)
+    return env

@@ -1,0 +1,116 @@
+"""ALFWorld as an agentrl :class:`~agentrl.envs.base.TextEnv`, on the real TextWorld engine.
+
+Every observation, feedback string and admissible command is what ALFWorld's engine prints
+(``PddlEnv`` + ``AlfredDemangler``); this class only addresses games by ``(split, index)``, keeps
+the step count (``max_steps``, 50 as in ALFWorld's configs) and fills the common ``info`` keys.
+
+One change to the text, on by default as in the LLM-agent frameworks: the initial observation's
+TextWorld banner ``-= Welcome to TextWorld, ALFRED! =-`` and the blank line after it are removed
+(``strip_banner=False`` keeps the engine's text verbatim).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+from agentrl.envs.alfworld.tasks import SPLITS, TASK_TYPE_SHORT_NAMES, TRAJ_FILE, list_split_games
+from agentrl.envs.base import TaskRef, TextEnv
+
+BANNER = "-= Welcome to TextWorld, ALFRED! =-\n\n"
+TASK_PREFIX = "Your task is to: "
+
+
+@functools.lru_cache(maxsize=16)
+def _split_listing(root: str, split: str) -> tuple[str, ...]:
+    return tuple(list_split_games(root, split))
+
+
+def task_line(intro: str) -> str:
+    """The ``Your task is to: ...`` line of an initial observation."""
+    for line in intro.splitlines():
+        if line.startswith(TASK_PREFIX):
+            return line.strip()
+    return ""
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld text games, served from ``train``, ``valid_seen`` and ``valid_unseen``.
+
+    Games are listed in sorted path order, so ``TaskRef("valid_seen", 3)`` names the same game on
+    every machine. ``info`` adds ``task_type_short`` (Pick, Look, Clean, Heat, Cool, Pick2) and
+    ``gamefile`` to the common keys.
+    """
+
+    name = "alfworld"
+
+    def __init__(self, max_steps: int = 50, data_dir: str | None = None, strip_banner: bool = True,
+                 generated_counts: dict[str, int] | None = None, generated_seed: int = 0):
+        super().__init__(max_steps=max_steps)
+        from agentrl.envs.alfworld.data import resolve_data_dir
+
+        self.data_dir = resolve_data_dir(data_dir, generated_counts, generated_seed)
+        self.strip_banner = bool(strip_banner)
+        self._engine = None
+        self._state = None
+        self._game_path: str | None = None
+        self._traj: dict[str, Any] = {}
+        self._task_line = ""
+
+    # ----- data ---------------------------------------------------------------------------------
+    def games(self, split: str) -> tuple[str, ...]:
+        return _split_listing(self.data_dir, split)
+
+    def split_sizes(self) -> dict[str, int]:
+        return {split: len(self.games(split)) for split in SPLITS if self.games(split)}
+
+    # ----- protocol -----------------------------------------------------------------------------
+    def _reset_task(self, task: TaskRef) -> tuple[str, dict[str, Any]]:
+        from agentrl.envs.alfworld.engine import load_engine_env
+
+        path = self.games(task.split)[task.index]
+        with open(os.path.join(os.path.dirname(path), TRAJ_FILE)) as f:
+            self._traj = json.load(f)
+        if self._engine is None:
+            self._engine = load_engine_env(path)
+        else:
+            self._engine.load(path)
+        self._game_path = path
+        self._state = self._engine.reset()
+        intro = self._state.feedback
+        self._task_line = task_line(intro)
+        obs = intro[len(BANNER):] if self.strip_banner and intro.startswith(BANNER) else intro
+        return obs, self._info()
+
+    def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        self._state, score, done = self._engine.step(action)
+        return self._state.feedback, float(score), bool(done), self._info()
+
+    def _info(self) -> dict[str, Any]:
+        task_type = self._traj.get("task_type", "")
+        return {
+            "admissible_actions": list(self._state["admissible_commands"]),
+            "won": bool(self._state["won"]),
+            "task": self._task_line,
+            "task_type": task_type,
+            "task_type_short": TASK_TYPE_SHORT_NAMES.get(task_type, task_type),
+            "depth": None,
+            "gamefile": self._game_path,
+        }
+
+    def expert_actions(self) -> list[str]:
+        """The game's stored walkthrough, else a plan from the expert on the initial state."""
+        if self._game_path is None:
+            raise RuntimeError("alfworld: expert_actions() called before reset()")
+        with open(self._game_path) as f:
+            walkthrough = json.load(f).get("walkthrough")
+        if walkthrough:
+            return list(walkthrough)
+        from agentrl.envs.alfworld.engine import load_engine_env
+        from agentrl.envs.alfworld.expert import expert_plan
+
+        state = load_engine_env(self._game_path).reset()
+        return expert_plan(self._traj["task_type"], self._traj["pddl_params"],
+                           state["_facts"], state["_entity_infos"])

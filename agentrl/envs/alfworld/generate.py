@@ -1,0 +1,386 @@
+"""Offline generation of ALFWorld games in the official on-disk format.
+
+The official games are built from ALFRED trajectories recorded in the AI2-THOR simulator; neither
+the simulator nor those trajectories are available offline. This module builds the same kind of
+``initial_state.pddl`` problem (the structure of ALFWorld's ``augment_pddl_states`` script) from
+what the ``alfworld`` package ships:
+
+* ``gen/layouts/FloorPlan<N>-openable.json``: the receptacle instances of each iTHOR scene, with the
+  agent pose used to interact with each (that pose becomes the receptacle's PDDL location);
+* ``gen/layouts/FloorPlan<N>-objects.json``: the object types present in the scene;
+* ``gen/layouts/FloorPlan<N>-layout.npy``: the reachable floor points (the agent's start);
+* ``gen/constants.py``: which receptacle types can hold which objects (``VAL_RECEPTACLE_OBJECTS``),
+  which objects can be cleaned, heated, cooled, toggled, which receptacles open;
+* ``gen/goal_library.py``: the PDDL goal and the goal-text templates of every task type;
+* ``data/alfred.pddl`` and ``data/alfred.twl2``: the domain and the text grammar.
+
+Each game is then loaded by TextWorld's ``PddlEnv`` and solved, by default with the omniscient
+expert of :mod:`agentrl.envs.alfworld.expert` (the engine's Fast Downward planner is available with
+``solver="planner"`` but takes minutes on the larger scenes); the walkthrough is replayed in the
+engine to a win before the game is written, so every stored game is solvable.
+Generation is deterministic: game ``i`` of split ``s`` depends only on ``(seed, s, i)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from agentrl.envs.alfworld.tasks import (
+    DATA_SUBDIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE, VALID_UNSEEN_SCENES)
+
+GENERATOR_VERSION = 1
+GRID = 0.25  # metres per navigation grid step (ALFRED's AGENT_STEP_SIZE)
+MAX_INSTANCES = 3  # at most this many instances of one object type (ALFRED's MAX_NUM_OF_OBJ_INSTANCES)
+INSTANCE_WEIGHTS = (0.7, 0.2, 0.1)
+# Lamps are not in VAL_RECEPTACLE_OBJECTS; in the THOR scenes they stand on these furniture types.
+LAMP_HOSTS = {
+    "DeskLamp": ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTable"),
+    "FloorLamp": ("SideTable", "Dresser", "Desk", "CoffeeTable", "ArmChair", "Sofa"),
+}
+# Receptacle types present in a scene's object list but without a position in its layout file get
+# this many instances (iTHOR kitchens have four stove burners), otherwise one.
+UNPOSITIONED_COUNTS = {"StoveBurner": 4}
+HEAT_COOL_CLEAN_APPLIANCE = {
+    "pick_clean_then_place_in_recep": "SinkBasin",
+    "pick_heat_then_place_in_recep": "Microwave",
+    "pick_cool_then_place_in_recep": "Fridge",
+}
+ACTION_PROPERTY = {
+    "pick_clean_then_place_in_recep": "Cleanable",
+    "pick_heat_then_place_in_recep": "Heatable",
+    "pick_cool_then_place_in_recep": "Coolable",
+}
+
+
+def _pkg_dir() -> str:
+    import alfworld.gen  # the engine's package; imported only when generating
+
+    return os.path.dirname(os.path.dirname(alfworld.gen.__file__))
+
+
+@functools.lru_cache(maxsize=1)
+def game_logic() -> dict[str, str]:
+    """The installed package's ``alfred.pddl`` domain and ``alfred.twl2`` grammar."""
+    data = os.path.join(_pkg_dir(), "data")
+    with open(os.path.join(data, "alfred.pddl")) as f:
+        domain = f.read()
+    with open(os.path.join(data, "alfred.twl2")) as f:
+        grammar = f.read()
+    return {"pddl_domain": domain, "grammar": grammar}
+
+
+def _constants():
+    import alfworld.gen.constants as constants
+
+    return constants
+
+
+def mangle(text: str) -> str:
+    """ALFRED's PDDL-safe spelling of THOR ids (``fix_pddl_str_chars``)."""
+    table = {"-": "_minus_", "#": "-", "|": "_bar_", "+": "_plus_", ".": "_dot_", ",": "_comma_"}
+    return "".join(table.get(ch, ch) for ch in text)
+
+
+def _coord(v: float) -> str:
+    return f"{v:+06.2f}"
+
+
+@dataclass(frozen=True)
+class Receptacle:
+    thor_id: str  # e.g. "Cabinet|+00.68|+00.50|-02.20" or "Sink|-01.90|+00.97|-01.50|SinkBasin"
+    rtype: str
+    location: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Scene:
+    number: int
+    receptacles: tuple[Receptacle, ...]
+    object_types: frozenset[str]
+    floor_points: tuple[tuple[float, float], ...]
+
+    def receptacle_types(self) -> set[str]:
+        return {r.rtype for r in self.receptacles}
+
+
+def _location(x: float, z: float, rotation: float, horizon: float) -> tuple[int, int, int, int]:
+    return (int(round(x / GRID)), int(round(z / GRID)), int(round(rotation / 90)) % 4, int(round(horizon)))
+
+
+@functools.lru_cache(maxsize=None)
+def load_scene(number: int) -> Scene:
+    """One iTHOR scene from the layout files the ``alfworld`` package ships."""
+    import numpy as np
+
+    c = _constants()
+    layouts = os.path.join(_pkg_dir(), "gen", "layouts")
+    with open(os.path.join(layouts, f"FloorPlan{number}-objects.json")) as f:
+        object_types = frozenset(json.load(f))
+    with open(os.path.join(layouts, f"FloorPlan{number}-openable.json")) as f:
+        poses = json.load(f)
+    points = np.load(os.path.join(layouts, f"FloorPlan{number}-layout.npy"))
+    floor_points = tuple(sorted((float(x), float(z)) for x, z in points.tolist()))
+    static = set(c.RECEPTACLES) - set(c.MOVABLE_RECEPTACLES)
+    receptacles = []
+    for thor_id in sorted(poses):
+        parts = thor_id.split("|")
+        rtype = parts[-1] if len(parts) == 5 else parts[0]
+        x, z, rotation, horizon = poses[thor_id]
+        receptacles.append(Receptacle(thor_id, rtype, _location(x, z, rotation, horizon)))
+    positioned = {r.rtype for r in receptacles}
+    rng = random.Random(f"scene-{number}")
+    for rtype in sorted((object_types & static) - positioned):
+        for _ in range(UNPOSITIONED_COUNTS.get(rtype, 1)):
+            x, z = rng.choice(floor_points)
+            y = rng.uniform(0.0, 1.0)
+            thor_id = f"{rtype}|{_coord(x)}|{_coord(y)}|{_coord(z)}"
+            if rtype == "SinkBasin":
+                thor_id = f"Sink|{_coord(x)}|{_coord(y)}|{_coord(z)}|SinkBasin"
+            receptacles.append(Receptacle(thor_id, rtype, _location(x, z, rng.randrange(4) * 90, 30)))
+    return Scene(number, tuple(receptacles), object_types, floor_points)
+
+
+def pickupable_types() -> set[str]:
+    """Object types that can be placed somewhere (every one of them can be picked up in THOR)."""
+    c = _constants()
+    placeable = set().union(*c.VAL_RECEPTACLE_OBJECTS.values())
+    return {t for t in placeable if not t.endswith("Sliced")}
+
+
+def scene_numbers(split: str) -> list[int]:
+    """Scenes of each split: the unseen scenes are held out of train and valid_seen."""
+    if split == "valid_unseen":
+        return list(VALID_UNSEEN_SCENES)
+    return [n for n in _constants().TRAIN_SCENE_NUMBERS if n not in VALID_UNSEEN_SCENES]
+
+
+# ----- task sampling -----------------------------------------------------------------------------
+def _holders(scene: Scene, otype: str) -> list[Receptacle]:
+    c = _constants()
+    if otype in LAMP_HOSTS:
+        return [r for r in scene.receptacles if r.rtype in LAMP_HOSTS[otype]]
+    return [r for r in scene.receptacles if otype in c.VAL_RECEPTACLE_OBJECTS.get(r.rtype, ())]
+
+
+def sample_task(task_type: str, scene: Scene, rng: random.Random) -> dict | None:
+    """``pddl_params`` of a task of ``task_type`` that the scene can host, or None."""
+    c = _constants()
+    present = sorted(t for t in scene.object_types & pickupable_types() if _holders(scene, t))
+    rtypes = sorted(scene.receptacle_types())
+    params = {"object_target": None, "parent_target": None, "toggle_target": None,
+              "mrecep_target": None, "object_sliced": False}
+    if task_type == "look_at_obj_in_light":
+        lamps = sorted(t for t in ("DeskLamp", "FloorLamp") if t in scene.object_types and _holders(scene, t))
+        if not lamps or not present:
+            return None
+        params.update(object_target=rng.choice(present), toggle_target=rng.choice(lamps))
+        return params
+    if task_type in ACTION_PROPERTY:
+        appliance = HEAT_COOL_CLEAN_APPLIANCE[task_type]
+        if appliance not in rtypes:
+            return None
+        present = [t for t in present if t in c.VAL_ACTION_OBJECTS[ACTION_PROPERTY[task_type]]]
+    pairs = []
+    for otype in present:
+        for rtype in rtypes:
+            if rtype == HEAT_COOL_CLEAN_APPLIANCE.get(task_type):
+                continue
+            if otype in c.VAL_RECEPTACLE_OBJECTS.get(rtype, ()):
+                # the object must be able to start somewhere that is not the goal receptacle type
+                if any(h.rtype != rtype for h in _holders(scene, otype)):
+                    pairs.append((otype, rtype))
+    if not pairs:
+        return None
+    otype, rtype = rng.choice(pairs)
+    params.update(object_target=otype, parent_target=rtype)
+    return params
+
+
+def _place_objects(scene: Scene, params: dict, task_type: str, rng: random.Random):
+    """Object instances and their receptacles, with the goal not satisfied at the start."""
+    target, parent = params["object_target"], params["parent_target"]
+    placed: list[tuple[str, str, Receptacle]] = []  # (thor id, type, receptacle)
+    types = sorted(scene.object_types & pickupable_types())
+    if params["toggle_target"]:
+        types.append(params["toggle_target"])
+    for otype in types:
+        holders = _holders(scene, otype)
+        if otype == target and parent:
+            holders = [h for h in holders if h.rtype != parent]
+        if not holders:
+            continue
+        low = 2 if (otype == target and task_type == "pick_two_obj_and_place") else 1
+        count = 1 if otype == params["toggle_target"] else max(low, _instance_count(rng))
+        for _ in range(count):
+            host = rng.choice(holders)
+            hx, hy, hz = (float(v) for v in host.thor_id.split("|")[1:4])
+            x, y, z = hx + rng.uniform(-0.4, 0.4), hy + rng.uniform(0.0, 0.3), hz + rng.uniform(-0.4, 0.4)
+            placed.append((f"{otype}|{_coord(x)}|{_coord(y)}|{_coord(z)}", otype, host))
+    return placed
+
+
+def _instance_count(rng: random.Random) -> int:
+    """Most types appear once, some twice or three times (as in the ALFRED scenes)."""
+    return rng.choices(range(1, MAX_INSTANCES + 1), weights=INSTANCE_WEIGHTS)[0]
+
+
+def _agent_start(scene: Scene, rng: random.Random) -> tuple[int, int, int, int]:
+    taken = {r.location for r in scene.receptacles}
+    while True:
+        x, z = rng.choice(scene.floor_points)
+        loc = _location(x, z, rng.randrange(4) * 90, 30)
+        if loc not in taken:
+            return loc
+
+
+def _loc_id(loc: tuple[int, int, int, int]) -> str:
+    return mangle("loc|%d|%d|%d|%d" % loc)
+
+
+def build_problem(task_id: str, task_type: str, params: dict, scene: Scene, rng: random.Random) -> str:
+    """The PDDL problem text, in the structure of ALFWorld's ``initial_state.pddl`` files."""
+    import alfworld.gen.goal_library as goal_library
+
+    c = _constants()
+    placed = _place_objects(scene, params, task_type, rng)
+    start = _agent_start(scene, rng)
+    receptacle_types = sorted(set(c.RECEPTACLES) - set(c.MOVABLE_RECEPTACLES))
+    type_objects = sorted(set(c.OBJECTS_SET) - set(receptacle_types))
+    recs = sorted(scene.receptacles, key=lambda r: r.thor_id)
+    objs = sorted(placed, key=lambda p: p[0])
+    locations = sorted({r.location for r in recs}) + [start]
+
+    lines = [f"(define (problem plan_{mangle(task_id)})", "(:domain alfred)", "(:objects", "agent1 - agent"]
+    lines += [f"{t} - object" for t in type_objects]
+    lines += [f"{t}Type - otype" for t in type_objects]
+    lines += [f"{t}Type - rtype" for t in receptacle_types]
+    lines += [f"        {mangle(o)} - object" for o, _, _ in objs]
+    lines += [f"        {mangle(r.thor_id)} - receptacle" for r in recs]
+    lines += [f"        {_loc_id(loc)} - location" for loc in locations]
+    lines += ["        )", "", "(:init", ""]
+    init: list[str] = []
+    init += [f"(receptacleType {mangle(r.thor_id)} {r.rtype}Type)" for r in recs]
+    init += [f"(objectType {mangle(o)} {t}Type)" for o, t, _ in objs]
+    scene_types = {t for _, t, _ in objs}
+    can_contain = sorted({(r.rtype, t) for r in recs for t in c.VAL_RECEPTACLE_OBJECTS.get(r.rtype, ())
+                          if t in scene_types})
+    init += [f"(canContain {rt}Type {ot}Type)" for rt, ot in can_contain]
+    init += [f"(pickupable {mangle(o)})" for o, t, _ in objs if t not in LAMP_HOSTS]
+    init += [f"(isReceptacleObject {mangle(o)})" for o, t, _ in objs if t in c.MOVABLE_RECEPTACLES_SET]
+    init += [f"(openable {mangle(r.thor_id)})" for r in recs if r.rtype in c.OPENABLE_CLASS_SET]
+    init += [f"(atLocation agent1 {_loc_id(start)})"]
+    for prop, pred in (("Cleanable", "cleanable"), ("Heatable", "heatable"), ("Coolable", "coolable"),
+                       ("Toggleable", "toggleable"), ("Sliceable", "sliceable")):
+        init += [f"({pred} {mangle(o)})" for o, t, _ in objs if t in c.VAL_ACTION_OBJECTS[prop]]
+    init += [f"(inReceptacle {mangle(o)} {mangle(r.thor_id)})" for o, _, r in objs]
+    init += [f"(receptacleAtLocation {mangle(r.thor_id)} {_loc_id(r.location)})" for r in recs]
+    init += [f"(objectAtLocation {mangle(o)} {_loc_id(r.location)})" for o, _, r in objs]
+    lines += [f"        {fact}" for fact in init]
+    lines += ["        )", ""]
+    goal = goal_library.gdict[task_type]["pddl"].format(
+        obj=params["object_target"], recep=params["parent_target"],
+        toggle=params["toggle_target"], mrecep=params["mrecep_target"])
+    lines.append(mangle(goal))
+    return "\n".join(lines) + "\n"
+
+
+def goal_text(task_type: str, params: dict, rng: random.Random) -> str:
+    """One of the task type's goal templates, filled in (as ALFWorld's ``get_templated_task_desc``)."""
+    import alfworld.gen.goal_library as goal_library
+
+    template = rng.choice(goal_library.gdict[task_type]["templates"])
+    fill = {k: (params[f"{k}_target"] or "").lower() for k in ("object", "parent", "toggle", "mrecep")}
+    return template.format(obj=fill["object"], recep=fill["parent"], toggle=fill["toggle"],
+                           mrecep=fill["mrecep"])
+
+
+# ----- solving and writing -----------------------------------------------------------------------
+def solve_game(gamedata: dict, task_type: str, params: dict, solver: str = "expert") -> list[str] | None:
+    """A walkthrough that wins the game when replayed in the engine, else None.
+
+    ``solver="expert"`` plans with :mod:`agentrl.envs.alfworld.expert` (fast); ``"planner"`` asks
+    the engine's Fast Downward planner (minutes on large scenes). Either way the plan is replayed
+    command by command, each one checked against the admissible list, and must end in a win.
+    """
+    from agentrl.envs.alfworld.engine import load_engine_env
+    from agentrl.envs.alfworld.expert import expert_plan
+
+    env = load_engine_env(gamedata, policy_commands=(solver == "planner"))
+    state = env.reset()
+    if solver == "planner":
+        plan = list(state.get("policy_commands") or [])
+    else:
+        plan = expert_plan(task_type, params, state["_facts"], state["_entity_infos"])
+    if not plan:
+        return None
+    for command in plan:
+        if command not in state["admissible_commands"]:
+            return None
+        state, _, _ = env.step(command)
+    return plan if state["won"] else None
+
+
+def generate_game(seed: int, split: str, index: int, solver: str = "expert", max_tries: int = 20) -> dict:
+    """Game ``index`` of ``split``: traj data, game file content and its directory names."""
+    task_type = TASK_TYPES[index % len(TASK_TYPES)]
+    scenes = scene_numbers(split)
+    for attempt in range(max_tries):
+        rng = random.Random(f"agentrl-alfworld-{GENERATOR_VERSION}-{seed}-{split}-{index}-{attempt}")
+        scene = load_scene(rng.choice(scenes))
+        params = sample_task(task_type, scene, rng)
+        if params is None:
+            continue
+        task_id = f"trial_S{seed}_{split}_{index:06d}"
+        problem = build_problem(task_id, task_type, params, scene, rng)
+        goal = goal_text(task_type, params, rng)
+        logic = game_logic()
+        gamedata = {"pddl_domain": logic["pddl_domain"],
+                    "grammar": logic["grammar"].replace("UNKNOWN GOAL", goal),
+                    "pddl_problem": problem, "solvable": None, "walkthrough": None}
+        plan = solve_game(gamedata, task_type, params, solver)
+        if plan is None:
+            continue
+        gamedata.update(solvable=True, walkthrough=plan)
+        second = params["toggle_target"] if task_type == "look_at_obj_in_light" else params["parent_target"]
+        task_dir = f"{task_type}-{params['object_target']}-{params['mrecep_target']}-{second}-{scene.number}"
+        traj = {"task_id": task_id, "task_type": task_type, "pddl_params": params,
+                "scene": {"floor_plan": f"FloorPlan{scene.number}", "scene_num": scene.number},
+                "turk_annotations": {"anns": [{"task_desc": goal[0].upper() + goal[1:] + ".",
+                                               "assignment_id": "generated", "high_descs": []}]},
+                "plan": {"high_pddl": [{"discrete_action": {"action": cmd}} for cmd in plan]},
+                "generated_by": {"generator": "agentrl.envs.alfworld.generate",
+                                 "version": GENERATOR_VERSION, "seed": seed}}
+        return {"split": split, "task_dir": task_dir, "trial_dir": task_id, "traj": traj, "game": gamedata}
+    raise RuntimeError(f"could not generate a solvable {task_type} game for {split}[{index}] "
+                       f"after {max_tries} attempts")
+
+
+def _generate_and_write(out: str, seed: int, split: str, index: int, solver: str) -> str:
+    game = generate_game(seed, split, index, solver)
+    trial = os.path.join(out, DATA_SUBDIR, split, game["task_dir"], game["trial_dir"])
+    os.makedirs(trial, exist_ok=True)
+    with open(os.path.join(trial, TRAJ_FILE), "w") as f:
+        json.dump(game["traj"], f, indent=1)
+    with open(os.path.join(trial, GAME_FILE), "w") as f:
+        json.dump(game["game"], f)
+    return trial
+
+
+def generate_dataset(out: str, counts: dict[str, int], seed: int = 0, workers: int | None = None,
+                     solver: str = "expert") -> list[str]:
+    """Write ``counts[split]`` games per split under ``out`` in the official layout.
+
+    Work is spread over ``workers`` processes (default: all cores); results do not depend on it.
+    """
+    jobs = [(split, i) for split in SPLITS for i in range(counts.get(split, 0))]
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
+    if workers == 1:
+        return [_generate_and_write(out, seed, s, i, solver) for s, i in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_generate_and_write, out, seed, s, i, solver) for s, i in jobs]
+        return [f.result() for f in futures]
