@@ -287,12 +287,12 @@ class Learner:
             lr = self.scheduler.get_last_lr()[0]
             for k, rows in enumerate(micro_rows):
                 self.engine.set_gradient_accumulation_boundary(k == len(micro_rows) - 1)
-                out = self._micro_step(batch, rows, settings, denominator) if len(rows) else None
+                out, seq_tokens = self._micro_step(batch, rows, settings, denominator) if len(rows) else (None, 0)
+                tokens += seq_tokens
                 if out is None or not out.finite:
                     skipped_micro += int(out is not None)
                     self._dummy_backward()
                     continue
-                tokens += int(pack_batch(batch.select(rows)).num_tokens())
                 for key in ADDITIVE_METRICS:
                     sums[key] += out.metrics.get(key, 0.0)
                 for key in RATE_METRICS:
@@ -329,7 +329,7 @@ class Learner:
         if out.finite:
             # DeepSpeed averages gradients over ranks; the loss is already a share of the global mean
             self.engine.backward(out.loss * self.world_size)
-        return out
+        return out, packed.num_tokens()
 
     def _dummy_backward(self) -> None:
         """A zero-gradient forward/backward that keeps this rank in step with the others' collectives."""
