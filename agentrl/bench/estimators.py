@@ -8,7 +8,7 @@ size, so some revisits fall outside the clustering radius. About 10 % of the act
 invalid (reward -0.1) and about a third of the trajectories win (reward 10 at their last step).
 
 Every estimator is timed (median of ``--repeats`` runs) against the per-record Python reference
-of :mod:`agentrl.bench.estimators_reference`, run once, and the two outputs must agree to 1e-6
+of :mod:`agentrl.bench._estimators_reference`, run once, and the two outputs must agree to 1e-6
 (absolute plus relative).
 """
 
@@ -127,7 +127,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from agentrl.bench.estimators_reference import reference_advantages
+    from agentrl.bench._estimators_reference import reference_advantages
     from agentrl.estimators import compute_advantages
 
     batch = make_workload(args.trajectories, args.groups, args.steps, args.hidden_size, seed=args.seed)

@@ -6,7 +6,7 @@ import dataclasses
 import torch
 from hypothesis import given, settings, strategies as st
 
-from agentrl.bench.estimators_reference import reference_advantages, reference_clusters
+from agentrl.bench._estimators_reference import reference_advantages, reference_clusters
 from agentrl.data import StepBatch
 from agentrl.estimators import ESTIMATORS, PARAMS, SHARED_KEYS, compute_advantages
 from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters

@@ -5,23 +5,19 @@ reads (dicts of lists, loops over records, a backward loop per trajectory, a dis
 centroid), they must give the same advantages as :mod:`agentrl.estimators` to 1e-6. They take
 the same params dataclasses, so both sides always mean the same configuration.
 
-As a bench target of its own (``agentrl bench estimators_reference``) this module checks the
-reference against the vectorised estimators on a small batch and prints the largest difference.
+The leading underscore keeps this module out of the ``agentrl bench`` targets; it is used by
+``agentrl bench estimators`` and by ``tests/estimators``.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from collections import defaultdict
 
 import torch
 
 from agentrl.data import StepBatch
-
-HELP = "check the per-record reference estimators against agentrl.estimators on a small batch"
-
 
 # ----- helpers ----------------------------------------------------------------------------------------
 def _mean(xs: list[float]) -> float:
@@ -255,29 +251,3 @@ def reference_advantages(name: str, batch: StepBatch, **params) -> torch.Tensor:
 
     resolved = resolve_params(name, PARAMS[name], params)
     return torch.tensor(REFERENCES[name](batch, resolved), dtype=torch.float64)
-
-
-# ----- bench target -----------------------------------------------------------------------------------
-def add_arguments(parser) -> None:
-    parser.add_argument("--trajectories", type=int, default=32, help="trajectories in the check batch")
-    parser.add_argument("--seed", type=int, default=0)
-
-
-def run(args) -> int:
-    from agentrl.bench.estimators import make_workload
-    from agentrl.estimators import compute_advantages
-
-    batch = make_workload(num_trajectories=args.trajectories, num_groups=max(1, args.trajectories // 8),
-                          steps=20, hidden_size=256, seed=args.seed)
-    worst = {}
-    for name in REFERENCES:
-        fast, _ = compute_advantages(name, batch)
-        worst[name] = float((fast.double() - reference_advantages(name, batch)).abs().max())
-    ok = all(v <= 1e-6 + 1e-6 * 10 for v in worst.values())
-    if args.json:
-        print(json.dumps({"max_abs_diff": worst, "ok": ok}))
-    else:
-        for name, diff in worst.items():
-            print(f"{name:8s} max |vectorised - reference| = {diff:.2e}")
-        print("ok" if ok else "MISMATCH")
-    return 0 if ok else 1
