@@ -124,8 +124,6 @@ class GrpoConfig:
 class GigpoConfig:
     enable_similarity: bool = F(False, "group anchor states by text similarity instead of exact equality")
     similarity_thresh: float = F(0.95, "similarity threshold when enable_similarity is on", min=0, max=1)
-    episode_stats: str = F("steps", "episode-term statistics over step rows (reference code) or trajectories",
-                           choices=("steps", "trajectories"))
 
 
 @dataclass
@@ -143,6 +141,11 @@ class BipaceConfig:
     pace: str = F("q", "action-conditioned baseline inside a cluster",
                   choices=("q", "first_token", "action_tag", "state_only"))
     first_token_len: int = F(8, "response tokens that key an action for pace=first_token", min=1)
+    centroid: str = F("seed", "cluster centroid: its first member (exactly vectorisable) or the running mean",
+                      choices=("seed", "mean"))
+    pace_norm_by_std: bool = F(False, "divide the in-cluster step advantages by their standard deviation")
+    calibration_singleton_rate: float = F(0.2, "eps_mode=calibrate picks the smallest eps leaving at most this "
+                                          "share of rows alone in their cluster", min=0, max=1)
 
 
 @dataclass
@@ -152,6 +155,11 @@ class AlgorithmConfig:
     step_advantage_w: float = F(1.0, "weight omega of the step-level advantage", min=0)
     mode: str = F("mean_std_norm", "step-group normalisation", choices=("mean_std_norm", "mean_norm"))
     epsilon: float = F(1e-6, "added to standard deviations", gt=0)
+    episode_stats: str = F("steps", "episode-term statistics over step rows (reference code) or trajectories",
+                           choices=("steps", "trajectories"))
+    penalty_mode: str = F("after_discount", "where the invalid-action penalty enters: charged to the invalid "
+                          "row after discounting (reference code) or kept as an ordinary reward",
+                          choices=("after_discount", "in_reward"))
     grpo: GrpoConfig = F(help="GRPO / RLOO options", factory=GrpoConfig)
     gigpo: GigpoConfig = F(help="GiGPO options", factory=GigpoConfig)
     gagpo: GagpoConfig = F(help="GAGPO options", factory=GagpoConfig)

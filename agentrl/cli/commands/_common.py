@@ -1,0 +1,32 @@
+"""Helpers shared by the commands that take ``recipe=NAME key=value ...`` arguments."""
+
+from __future__ import annotations
+
+from agentrl.config import Config, load_config, parse_overrides
+from agentrl.errors import UsageError
+from agentrl.models.loading import TINY
+
+# The recipe `agentrl train` runs when none is given: the best tiny CPU recipe.
+DEFAULT_TRAIN_RECIPE = "textcraft_grpo_tiny"
+
+
+def add_recipe_arguments(parser) -> None:
+    parser.add_argument("args", nargs="*", metavar="recipe=NAME|key=value",
+                        help="a recipe (see `agentrl recipes`) and config overrides (see `agentrl config --keys`)")
+
+
+def resolve(args, default_recipe: str | None = None) -> tuple[str | None, Config]:
+    recipe, overrides = parse_overrides(args.args)
+    recipe = recipe or default_recipe
+    return recipe, load_config(recipe, overrides)
+
+
+def require_hardware(cfg: Config, recipe: str | None) -> None:
+    """Stop before anything is written when a GPU recipe meets a machine without GPUs."""
+    import torch
+
+    wants_gpu = cfg.trainer.device == "cuda" or (
+        cfg.trainer.device == "auto" and cfg.model.name_or_path != TINY and not cfg.model.random_init)
+    if wants_gpu and not torch.cuda.is_available():
+        raise UsageError(f"{recipe or 'this config'} trains {cfg.model.name_or_path} and needs GPUs, but none is "
+                         "visible; run a *_tiny recipe on CPU, or pass trainer.device=cpu to force the CPU")

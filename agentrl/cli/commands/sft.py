@@ -1,0 +1,33 @@
+"""``agentrl sft recipe=NAME [key=value ...]``: supervised warm start on expert demonstrations only."""
+
+from __future__ import annotations
+
+import json
+
+from agentrl.cli.commands._common import DEFAULT_TRAIN_RECIPE, add_recipe_arguments, resolve
+
+HELP = "supervised warm start on the environment's expert demonstrations (writes <run>/sft_model)"
+
+
+def add_arguments(parser) -> None:
+    add_recipe_arguments(parser)
+
+
+def run(args) -> int:
+    recipe, cfg = resolve(args, DEFAULT_TRAIN_RECIPE)
+    from agentrl.models import prepare_initial_model
+    from agentrl.policy_init import corpus_builder
+    from agentrl.run_state import RunDirectory
+    from agentrl.sft import run_sft
+    from agentrl.tracking import Tracker
+
+    run_dir = RunDirectory.create(cfg, recipe)
+    tracker = Tracker(run_dir.path, cfg.logging, run_dir.name)
+    try:
+        start = cfg.trainer.init_checkpoint or prepare_initial_model(
+            cfg.model, cfg.tokenizer, run_dir.path / "init_model", corpus=corpus_builder(cfg), seed=cfg.trainer.seed)
+        summary = run_sft(cfg, start, run_dir.path / "sft_model", log=lambda m: tracker.log(m, step=0))
+    finally:
+        tracker.close()
+    print(json.dumps({"sft_model": str(run_dir.path / "sft_model"), **summary}, indent=2))
+    return 0

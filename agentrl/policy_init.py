@@ -1,0 +1,53 @@
+"""The starting policy of a run.
+
+* ``trainer.init_checkpoint``: that model directory (an exported policy or SFT model).
+* ``model.name_or_path=tiny``: a tokenizer trained on the environment's expert episodes, a tiny
+  Qwen2 model with random weights, then (``trainer.sft.enabled`` auto/yes) the SFT warm start on
+  expert demonstrations, so RL starts from a policy that sometimes succeeds.
+* otherwise the named checkpoint (or its architecture with random weights when
+  ``model.random_init``), fine-tuned first only when ``trainer.sft.enabled=yes``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from agentrl.config import Config
+from agentrl.errors import UsageError
+from agentrl.models import is_model_dir, prepare_initial_model
+from agentrl.models.loading import TINY
+
+
+def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
+    from agentrl.data.demonstrations import corpus_texts
+
+    def build() -> list[str]:
+        return corpus_texts(cfg.env.name, {"max_steps": cfg.env.max_steps, **cfg.env.kwargs}, cfg.env.train_split,
+                            cfg.tokenizer.corpus_tasks, history_length=cfg.env.history_length,
+                            think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
+                            show_admissible=cfg.rollout.show_admissible)
+
+    return build
+
+
+def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None) -> str:
+    """Return the model directory (or hub name) the learner and the rollout workers start from."""
+    if cfg.trainer.init_checkpoint:
+        if not is_model_dir(cfg.trainer.init_checkpoint):
+            raise UsageError(f"trainer.init_checkpoint={cfg.trainer.init_checkpoint!r} is not a model directory "
+                             "(no config.json); pass a directory written by `agentrl export` or `agentrl sft`")
+        return cfg.trainer.init_checkpoint
+    model = prepare_initial_model(cfg.model, cfg.tokenizer, run.path / "init_model", corpus=corpus_builder(cfg),
+                                  seed=cfg.trainer.seed)
+    sft = cfg.trainer.sft.enabled
+    if sft == "yes" or (sft == "auto" and cfg.model.name_or_path == TINY):
+        sft_dir = run.path / "sft_model"
+        if is_model_dir(sft_dir):
+            return str(sft_dir)
+        from agentrl.sft import run_sft
+
+        summary = run_sft(cfg, model, sft_dir, log=log)
+        if log:
+            log({f"sft/summary/{k}": v for k, v in summary.items()})
+        return str(sft_dir)
+    return model

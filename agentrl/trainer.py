@@ -1,0 +1,202 @@
+"""The training loop, top to bottom, as the algorithm reads:
+
+    starting policy (tiny: tokenizer + model + SFT warm start)
+    for each iteration:
+        rollout      tasks x G episodes through the env servers          -> StepBatch
+        learner pass old log-probs, reference log-probs, hidden states   (one forward pass)
+        estimate     advantages with the configured estimator            (pure function)
+        update       PPO epochs over mini-batches                         (DeepSpeed ZeRO)
+        sync         new weights into the rollout workers
+        log / validate / checkpoint
+
+Components live elsewhere (``agentrl.rollout``, ``agentrl.learner``, ``agentrl.estimators``);
+run-directory bookkeeping (checkpoints, resume) is in :mod:`agentrl.run_state`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from agentrl.config import Config, config_to_dict
+from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
+from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
+from agentrl.tracking import Tracker
+
+
+def start_ray(cfg: Config) -> None:
+    """A local Ray cluster (or the one RAY_ADDRESS points at) with room for every actor we start."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    needed = cfg.rollout.num_workers + cfg.env.num_servers + (cfg.learner.num_ranks if cfg.learner.num_ranks > 1 else 0)
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    else:
+        ray.init(num_cpus=max(os.cpu_count() or 1, needed), include_dashboard=False, log_to_driver=False)
+
+
+def estimator_params(cfg: Config) -> dict[str, Any]:
+    """The keyword arguments of ``compute_advantages`` from ``algorithm.*`` (shared keys + the
+    estimator's own section) and the rollout's invalid-action penalty."""
+    algo = cfg.algorithm
+    section = {"rloo": "grpo"}.get(algo.estimator, algo.estimator)
+    accepted = {f.name for f in dataclasses.fields(PARAMS[algo.estimator])}
+    candidates = {"gamma": algo.gamma, "step_advantage_w": algo.step_advantage_w, "mode": algo.mode,
+                  "epsilon": algo.epsilon, "episode_stats": algo.episode_stats, "penalty_mode": algo.penalty_mode,
+                  "invalid_action_penalty": cfg.rollout.invalid_action_penalty,
+                  **dataclasses.asdict(getattr(algo, section))}
+    return {k: v for k, v in candidates.items() if k in accepted}
+
+
+def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
+    from agentrl.rollout.validation import summarize
+
+    summary = summarize(result.episodes)
+    metrics = summary.metrics(prefix)
+    batch = result.batch
+    metrics[f"{prefix}step_records"] = float(len(batch))
+    metrics[f"{prefix}response_tokens"] = float(batch.response_mask.sum())
+    metrics[f"{prefix}mixed_outcome_groups"] = _mixed_groups(result.episodes)
+    return metrics
+
+
+def _mixed_groups(episodes) -> float:
+    by_group: dict[int, set[bool]] = {}
+    for e in episodes:
+        by_group.setdefault(e.group_id, set()).add(bool(e.won))
+    return float(sum(len(v) == 2 for v in by_group.values()))
+
+
+class Trainer:
+    def __init__(self, cfg: Config, recipe: str | None):
+        self.cfg = cfg
+        self.run = RunDirectory.create(cfg, recipe)
+        self.tracker = Tracker(self.run.path, cfg.logging, self.run.name, config_dict=config_to_dict(cfg))
+        self.rollout = None
+        self.learner = None
+
+    # ----- setup ---------------------------------------------------------------------------------
+    def prepare_policy(self) -> str:
+        """The starting policy as a model directory (tiny: trained tokenizer, model, SFT warm start)."""
+        from agentrl.policy_init import starting_policy
+
+        return starting_policy(self.cfg, self.run, log=lambda m: self.tracker.log(m, step=0))
+
+    def build(self, model_dir: str) -> None:
+        from agentrl.learner.group import LearnerGroup
+        from agentrl.rollout.workers import RolloutWorkerGroup
+
+        start_ray(self.cfg)
+        self.learner = LearnerGroup(self.cfg, model_dir)
+        device = "cuda" if self.learner_device() == "cuda" else "cpu"
+        self.rollout = RolloutWorkerGroup(model_dir, self.cfg.rollout, self.cfg.env, device=device,
+                                          dtype=self.cfg.model.dtype if device == "cuda" else "float32",
+                                          num_gpus_per_worker=1.0 if device == "cuda" else 0.0)
+
+    def learner_device(self) -> str:
+        from agentrl.learner.engine import resolve_device
+
+        return resolve_device(self.cfg.trainer.device)
+
+    # ----- the loop ------------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        cfg = self.cfg
+        state = self.run.load_latest() or TrainerState()
+        model_dir = state.model_dir or self.prepare_policy()
+        state.model_dir = model_dir
+        self.build(model_dir)
+        if state.iteration > 0:
+            self.learner.load_checkpoint(str(self.run.learner_checkpoint(state.iteration)))
+            self.tracker.status(f"resumed {self.run.name} after iteration {state.iteration}")
+        self.rollout.load_weights(self.learner.state_dict_for_rollout())
+        schedule = TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
+        estimator_state = BiGPOState.from_dict(state.estimator_state) if state.estimator_state else BiGPOState()
+        if state.iteration == 0 and cfg.trainer.eval_before_train and cfg.trainer.eval_every > 0:
+            self.validate(0)
+        for iteration in range(state.iteration + 1, cfg.trainer.iterations + 1):
+            metrics = self.iteration(iteration, schedule, estimator_state)
+            self.tracker.log(metrics, iteration)
+            self.tracker.status(f"iter {iteration}/{cfg.trainer.iterations} "
+                                f"success {metrics['rollout/success_rate']:.2f} "
+                                f"(rollout {metrics['time/rollout_s']:.1f}s, learner {metrics['time/update_s']:.1f}s)")
+            if cfg.trainer.eval_every and iteration % cfg.trainer.eval_every == 0:
+                self.validate(iteration)
+            last = iteration == cfg.trainer.iterations
+            if last or (cfg.trainer.save_every and iteration % cfg.trainer.save_every == 0):
+                state = dataclasses.replace(state, iteration=iteration, estimator_state=estimator_state.as_dict())
+                self.run.save(state, self.learner)
+        final = self.run.path / "final_model"
+        self.learner.export_hf(str(final))
+        return {"run_dir": str(self.run.path), "final_model": str(final)}
+
+    def iteration(self, iteration: int, schedule: "TaskSchedule", estimator_state: BiGPOState) -> dict[str, float]:
+        cfg, times = self.cfg, {}
+        tasks = schedule.tasks_for(iteration)
+
+        t = time.perf_counter()
+        result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration)
+        times["time/rollout_s"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        estimator = cfg.algorithm.estimator
+        batch = self.learner.compute_logprobs(result.batch, with_hidden=estimator == "bipace")
+        times["time/learner_pass_s"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        advantages, diagnostics = compute_advantages(estimator, batch, state=estimator_state,
+                                                     **estimator_params(cfg))
+        batch = batch.with_columns(advantages=advantages)
+        times["time/estimate_s"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        update = self.learner.update(batch, estimator)
+        times["time/update_s"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        self.rollout.load_weights(self.learner.state_dict_for_rollout())
+        times["time/sync_s"] = time.perf_counter() - t
+        times["time/iteration_s"] = sum(times.values())
+
+        metrics = episode_metrics(result)
+        metrics.update({f"estimator/{k}": v for k, v in diagnostics.items()})
+        metrics.update({f"learner/{k}": v for k, v in update.items()})
+        metrics.update(times)
+        return metrics
+
+    def validate(self, iteration: int) -> dict[str, float]:
+        from agentrl.rollout.validation import eval_tasks, validate
+
+        cfg = self.cfg
+        split = cfg.eval.split or cfg.env.eval_split
+        tasks = eval_tasks(TaskSchedule.split_sizes(cfg.env), split, cfg.eval.num_tasks)
+        t = time.perf_counter()
+        results = [validate(self.rollout, tasks, temperature=cfg.eval.temperature, seed=seed) for seed in cfg.eval.seeds]
+        metrics: dict[str, float] = {}
+        for key in results[0].metrics("val/"):
+            values = [r.metrics("val/").get(key, 0.0) for r in results]
+            metrics[key] = sum(values) / len(values)
+        metrics["time/validation_s"] = time.perf_counter() - t
+        self.tracker.log(metrics, iteration)
+        self.tracker.status(f"validation at iter {iteration}: success {metrics['val/success_rate']:.3f} "
+                            f"on {len(tasks)} {split} tasks x {len(results)} seed(s)")
+        return metrics
+
+    def close(self) -> None:
+        if self.rollout is not None:
+            self.rollout.close()
+        if self.learner is not None:
+            self.learner.shutdown()
+        self.tracker.close()
+
+
+def train(cfg: Config, recipe: str | None) -> dict[str, Any]:
+    trainer = Trainer(cfg, recipe)
+    try:
+        return trainer.train()
+    finally:
+        trainer.close()
