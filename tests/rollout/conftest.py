@@ -1,16 +1,13 @@
-"""Shared fixtures: a tiny random-init model directory (hidden 64, 2 layers) and configs."""
+"""Shared fixtures: a tiny random-init model directory (hidden 64, 2 layers) and its tokenizer."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agentrl.config.schema import TinyModelConfig
 from agentrl.data.demonstrations import corpus_texts
 from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
-
-TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128,
-                       max_position_embeddings=2048)
+from rollout_helpers import TINY
 
 
 @pytest.fixture(scope="session", autouse=True)

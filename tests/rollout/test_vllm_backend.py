@@ -1,0 +1,56 @@
+"""vLLM backend (runs only where vllm imports: .venv-vllm from scripts/setup_vllm_cpu.sh, or a GPU box)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from rollout_helpers import TINY
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                reason="vllm is not installed here (CPU: bash scripts/setup_vllm_cpu.sh, then run "
+                                       "this file with .venv-vllm/bin/python -m pytest)")
+
+
+def _hf_logprobs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, len(prompt) - 1:-1].float(), -1)
+    return logp.gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+
+
+def test_vllm_logprobs_match_hf_after_load_weights(tiny_model_dir, tiny_tokenizer):
+    from agentrl.models import build_tiny_model, load_model, stop_token_ids
+    from agentrl.rollout.backends import SamplingParams, make_backend
+
+    backend = make_backend("vllm", tiny_model_dir, max_model_len=512)
+    texts = ["Crafting commands:\ncraft 4 oak planks using 1 oak logs", "Goal: craft stick.", "Inventory: [oak planks] (4)"]
+    prompts = [tiny_tokenizer(t)["input_ids"] for t in texts]
+    greedy = SamplingParams(max_tokens=10, temperature=0.0, stop_token_ids=tuple(stop_token_ids(tiny_tokenizer)))
+    before = backend.generate(prompts, greedy)
+    original = load_model(tiny_model_dir)
+    for prompt, gen in zip(prompts, before):
+        assert torch.allclose(_hf_logprobs(original, prompt, gen.token_ids), torch.tensor(gen.logprobs), atol=1e-4)
+
+    other = build_tiny_model(TINY, tiny_tokenizer, seed=123).eval()
+    backend.load_weights(other.state_dict())
+    after = backend.generate(prompts, greedy)
+    changed = False
+    for prompt, old, gen in zip(prompts, before, after):
+        reference = _hf_logprobs(other, prompt, gen.token_ids)
+        assert torch.allclose(reference, torch.tensor(gen.logprobs), atol=1e-4)
+        changed |= old.token_ids != gen.token_ids or not torch.allclose(
+            torch.tensor(old.logprobs), torch.tensor(gen.logprobs), atol=1e-3)
+    assert changed
+
+    sampled = SamplingParams(max_tokens=10, temperature=0.8, seed=7, stop_token_ids=greedy.stop_token_ids)
+    first, again = backend.generate(prompts, sampled), backend.generate(prompts, sampled)
+    assert [g.token_ids for g in first] == [g.token_ids for g in again]
+    for prompt, gen in zip(prompts, first):  # log_softmax(logits / T) of the sampled token
+        ids = torch.tensor([prompt + gen.token_ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(other(ids).logits[0, len(prompt) - 1:-1].float() / 0.8, -1)
+        reference = logp.gather(-1, torch.tensor(gen.token_ids)[:, None]).squeeze(-1)
+        assert torch.allclose(reference, torch.tensor(gen.logprobs), atol=1e-4)
+    backend.close()
