@@ -1,0 +1,111 @@
+"""`agentrl train` end to end through the real CLI: Ray rollout workers and env pool actors,
+DeepSpeed with 2 learner ranks, tracking, checkpoints, and a run killed after iteration 1 and
+resumed, which must reproduce the uninterrupted run's iteration-2 loss."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agentrl.config import load_config
+from agentrl.models import prepare_initial_model
+from agentrl.policy_init import corpus_builder
+from agentrl.tracking import read_metrics
+
+pytestmark = pytest.mark.slow
+
+TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.intermediate_size=128",
+        "model.tiny.num_heads=4", "model.tiny.num_kv_heads=2", "tokenizer.vocab_size=600", "tokenizer.corpus_tasks=40"]
+
+
+@pytest.fixture(scope="module")
+def start_model(tmp_path_factory):
+    cfg = load_config("textcraft_gigpo_tiny", TINY)
+    path = tmp_path_factory.mktemp("policy") / "init"
+    return prepare_initial_model(cfg.model, cfg.tokenizer, path, corpus=corpus_builder(cfg), seed=0)
+
+
+def train_args(out: Path, start_model: str, iterations: int = 2) -> list[str]:
+    return ["train", "recipe=textcraft_gigpo_tiny", *TINY, f"trainer.output_dir={out}", "trainer.run_name=run",
+            f"trainer.init_checkpoint={start_model}", f"trainer.iterations={iterations}", "trainer.save_every=1",
+            "trainer.eval_every=2", "trainer.eval_before_train=false", "eval.num_tasks=2",
+            "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=4", "rollout.max_response_tokens=8",
+            "learner.num_ranks=2", "learner.zero_stage=2", "learner.mini_batch_size=8", "learner.micro_batch_size=4",
+            "learner.lr=1e-3", "learner.kl_coef=0.01", "logging.wandb.mode=offline", "logging.progress_bar=true"]
+
+
+def run_cli(args: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "agentrl.cli.main", *args], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def iteration_losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["learner/loss"] for r in read_metrics(run_dir / "metrics.jsonl") if "learner/loss" in r}
+
+
+def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
+    # the uninterrupted run
+    proc = run_cli(train_args(tmp_path / "full", start_model))
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    run_dir = tmp_path / "full" / "run"
+    records = read_metrics(run_dir / "metrics.jsonl")
+    losses = iteration_losses(run_dir)
+    assert sorted(losses) == [1, 2] and all(math.isfinite(v) for v in losses.values())
+    iteration_2 = next(r for r in records if r.get("step") == 2 and "learner/loss" in r)
+    for key in ("rollout/success_rate", "rollout/invalid_action_rate", "learner/grad_norm", "learner/pg_clipfrac",
+                "learner/kl_ref", "learner/entropy", "estimator/num_groups", "time/rollout_s", "time/update_s"):
+        assert key in iteration_2, key
+    assert any("val/success_rate" in r for r in records)
+    assert "iter 2/2" in out  # progress line
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run_dir / "wandb").is_dir()
+    # the weights changed, and the final policy loads as a Hugging Face model
+    before = load_file(str(Path(start_model) / "model.safetensors"))
+    after = load_file(str(run_dir / "final_model" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "iter_000002"
+
+    # the same run, killed once its iteration-1 checkpoint is complete, then resumed
+    killed = run_cli(train_args(tmp_path / "killed", start_model))
+    latest = tmp_path / "killed" / "run" / "checkpoints" / "latest"
+    deadline = time.time() + 600
+    while not latest.exists() and time.time() < deadline and killed.poll() is None:
+        time.sleep(0.2)
+    assert latest.exists(), "the first checkpoint never appeared"
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=60)
+    resumed = run_cli(train_args(tmp_path / "killed", start_model))
+    out, _ = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, out[-3000:]
+    assert "resumed run after iteration 1" in out
+    resumed_losses = iteration_losses(tmp_path / "killed" / "run")
+    assert resumed_losses[2] == pytest.approx(losses[2], rel=1e-5, abs=1e-7)
+
+
+def test_resume_never_refuses_to_overwrite_a_run_with_checkpoints(tmp_path):
+    ckpt = tmp_path / "run" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    (ckpt / "latest").write_text("iter_000001")
+    proc = run_cli(["train", f"trainer.output_dir={tmp_path}", "trainer.run_name=run", "trainer.resume=never"])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "trainer.resume=never" in out and "Traceback" not in out
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints"]  # nothing written
+
+
+def test_gpu_recipe_without_gpu_is_refused_before_anything_is_written(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = run_cli(["train", "recipe=alfworld_bipace_qwen7b", f"trainer.output_dir={tmp_path}"])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "needs GPUs" in out and "*_tiny" in out
+    assert list(tmp_path.iterdir()) == []
