@@ -2,10 +2,19 @@
 
 Workload (defaults): 16 groups x 8 trajectories x 50 steps = 6,400 step records, hidden size
 3,584 (Qwen2.5-7B). Each group walks a small state graph of its own (a shared first
-observation, rooms of related states, revisits and loops), so anchor observations repeat the way
-they do in ALFWorld; hidden states are a per-state vector plus per-record noise of varying
-size, so some revisits fall outside the clustering radius. About 10 % of the actions are
-invalid (reward -0.1) and about a third of the trajectories win (reward 10 at their last step).
+observation, 39 states on a ring with jumps, so revisits and loops). About 28 % of the steps
+instead see a novel observation (an opened receptacle, a changed inventory) that no other record
+of the group shares, which puts the observation-hash singleton rate at about 29 %, inside the
+27-34 % the BiPACE paper reports for ALFWorld (the earlier version of this workload had 0.05 %).
+
+Hidden states are unit-scale vectors: a state's vector is a room component plus its own
+direction (distinct states are 70-80 degrees apart); every record adds its own noise (history
+and phrasing) of random size, so most revisits fall inside the eps = 0.10 radius and some do
+not. Half of the novel observations are near duplicates of the state the walk is in (cosine
+distance ~0.02 before noise), the other half point somewhere new in the same room. BiGPO at
+eps = 0.10 then leaves about 20 % singletons (paper: 14-18 %) in about 120 clusters per group.
+About 10 % of the actions are invalid (reward -0.1) and about a third of the trajectories win
+(reward 10 at their last step). ``workload_stats`` reports the rates; the bench prints them.
 
 Every estimator is timed (median of ``--repeats`` runs) against the per-record Python reference
 of :mod:`agentrl.bench._estimators_reference`, run once, and the two outputs must agree to 1e-6
@@ -41,40 +50,60 @@ ROOMS = ("countertop", "cabinet", "drawer", "fridge", "sinkbasin", "shelf", "mic
 OBJECTS = ("mug", "apple", "knife", "plate", "bowl", "spoon", "cup", "egg", "bread", "lettuce")
 
 
-def _observation(group: int, state: int, rng: torch.Generator) -> str:
+def _observation(state: int, rng: torch.Generator) -> str:
     room = ROOMS[state % len(ROOMS)]
     picks = torch.randint(0, len(OBJECTS), (3,), generator=rng).tolist()
     things = ", ".join(f"a {OBJECTS[p]} {1 + (p + state) % 3}" for p in picks)
     return f"You arrive at {room} {1 + state // len(ROOMS)}. On the {room} {1 + state // len(ROOMS)}, you see {things}."
 
 
+def _novel_observation(state: int, traj: int, step: int) -> str:
+    room = ROOMS[state % len(ROOMS)]
+    thing = OBJECTS[(traj + step) % len(OBJECTS)]
+    return (f"You open the {room} {1 + state // len(ROOMS)}. In it, you see a {thing} {1 + traj}. "
+            f"You are carrying: a {OBJECTS[step % len(OBJECTS)]} {1 + step}.")
+
+
 def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int = 50, hidden_size: int = 3584,
-                  states_per_group: int = 40, seed: int = 0) -> StepBatch:
+                  states_per_group: int = 40, novel_rate: float = 0.28, near_duplicate_rate: float = 0.5,
+                  seed: int = 0) -> StepBatch:
     """A synthetic StepBatch with realistic state repetition (see the module docstring)."""
     rng = torch.Generator().manual_seed(seed)
     per_group = max(1, num_trajectories // num_groups)
-    n = num_groups * per_group * steps
+    num_traj = num_groups * per_group
+    n = num_traj * steps
     state_obs = [[("Welcome to task %d. Your task is to: put a clean mug in the cabinet." % g) if s == 0
-                  else _observation(g, s, rng) for s in range(states_per_group)] for g in range(num_groups)]
-    room_vec = torch.randn(num_groups, len(ROOMS), hidden_size, generator=rng)
-    own_vec = torch.randn(num_groups, states_per_group, hidden_size, generator=rng)
+                  else _observation(s, rng) for s in range(states_per_group)] for g in range(num_groups)]
+    scale = hidden_size ** -0.5          # unit-size vectors: cosines read directly off the noise sizes
+    room_vec = torch.randn(num_groups, len(ROOMS), hidden_size, generator=rng) * scale
+    own_vec = torch.randn(num_groups, states_per_group, hidden_size, generator=rng) * scale
     room_of = torch.arange(states_per_group) % len(ROOMS)
     base = room_vec[:, room_of] * 0.6 + own_vec                                    # [G, S, d]
 
     group = torch.arange(num_groups).repeat_interleave(per_group * steps)
-    traj = torch.arange(num_groups * per_group).repeat_interleave(steps)
-    step = torch.arange(steps).repeat(num_groups * per_group)
+    traj = torch.arange(num_traj).repeat_interleave(steps)
+    step = torch.arange(steps).repeat(num_traj)
     # random walk on a ring of states with jumps; step 0 is the shared intro observation
-    moves = torch.randint(-2, 3, (num_groups * per_group, steps), generator=rng)
-    jumps = torch.rand(num_groups * per_group, steps, generator=rng) < 0.1
+    moves = torch.randint(-2, 3, (num_traj, steps), generator=rng)
+    jumps = torch.rand(num_traj, steps, generator=rng) < 0.1
     moves = torch.where(jumps, torch.randint(0, states_per_group, moves.shape, generator=rng), moves)
     moves[:, 0] = 0
     state = (torch.cumsum(moves, dim=1) % (states_per_group - 1)) + 1
     state[:, 0] = 0
     state = state.reshape(-1)
+    # novel observations: seen once (an opened receptacle, a changed inventory); some are near
+    # duplicates of the walk's state in hidden space, the others point somewhere new in the same room
+    novel = (torch.rand(n, generator=rng) < novel_rate) & (step > 0)
+    near = torch.rand(n, generator=rng) < near_duplicate_rate
+    fresh = torch.randn(n, hidden_size, generator=rng) * scale
+    state_vec = base[group, state]
+    novel_vec = torch.where(near[:, None], state_vec + 0.2 * fresh, room_vec[group, room_of[state]] * 0.6 + fresh)
+    noise_scale = 0.1 + 0.35 * torch.rand(n, 1, generator=rng)
+    hidden = torch.where(novel[:, None], novel_vec, state_vec)
+    hidden = hidden + noise_scale * torch.randn(n, hidden_size, generator=rng) * scale
 
     invalid = torch.rand(n, generator=rng) < 0.10
-    won = torch.rand(num_groups * per_group, generator=rng) < 0.35
+    won = torch.rand(num_traj, generator=rng) < 0.35
     reward = torch.where(invalid, torch.tensor(-0.1), torch.tensor(0.0))
     last = step == steps - 1
     reward = reward + torch.where(last & won[traj], torch.tensor(10.0), torch.tensor(0.0))
@@ -84,17 +113,36 @@ def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int 
     response_len = 24
     response = torch.randint(10, 30000, (n, response_len), generator=rng)
     response[:, :8] = (state[:, None] * 7 + action_choice[:, None] * 131 + torch.arange(8)) % 30000
-    noise_scale = 0.1 + 0.4 * torch.rand(n, 1, generator=rng)
-    hidden = base[group, state] + noise_scale * torch.randn(n, hidden_size, generator=rng)
-    episode_return = torch.zeros(num_groups * per_group).index_add_(0, traj, reward)[traj]
+    episode_return = torch.zeros(num_traj).index_add_(0, traj, reward)[traj]
+    anchor_obs = [_novel_observation(s, t, k) if new else state_obs[g][s]
+                  for g, t, k, s, new in zip(group.tolist(), traj.tolist(), step.tolist(), state.tolist(),
+                                             novel.tolist())]
     return StepBatch(
         group_id=group, traj_id=traj, step=step,
         prompt_ids=torch.ones(n, 4, dtype=torch.int64), prompt_lengths=torch.full((n,), 4),
         response_ids=response, response_mask=torch.ones(n, response_len), rollout_logprobs=torch.zeros(n, response_len),
         reward=reward, done=last, episode_return=episode_return, success=won[traj], action_valid=~invalid,
-        anchor_obs=[state_obs[g][s] for g, s in zip(group.tolist(), state.tolist())], action=actions,
-        task_type=["pick_clean_then_place"] * n, hidden=hidden,
+        anchor_obs=anchor_obs, action=actions, task_type=["pick_clean_then_place"] * n, hidden=hidden,
     )
+
+
+def workload_stats(batch: StepBatch, eps: float = 0.10) -> dict[str, float]:
+    """Observation-hash and BiGPO (seed centroids, radius eps) singleton rates and group sizes."""
+    from agentrl.estimators import common
+    from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
+
+    group, num_groups = batch.group_segments()
+    anchor, num_anchor = common.anchor_segments(batch, group)
+    cluster, num_clusters = greedy_cosine_clusters(batch.hidden, group, num_groups, eps)
+    return {
+        "obs_hash_singleton_rate": round(common.singleton_rate(anchor, num_anchor), 4),
+        "obs_hash_groups_per_group": round(num_anchor / num_groups, 1),
+        "obs_hash_mean_size": round(common.mean_segment_size(anchor, num_anchor), 2),
+        "bigpo_eps": eps,
+        "bigpo_singleton_rate": round(common.singleton_rate(cluster, num_clusters), 4),
+        "bigpo_clusters_per_group": round(num_clusters / num_groups, 1),
+        "bigpo_mean_size": round(common.mean_segment_size(cluster, num_clusters), 2),
+    }
 
 
 def _time_ms(fn, repeats: int) -> float:
@@ -131,6 +179,8 @@ def run(args) -> int:
     from agentrl.estimators import compute_advantages
 
     batch = make_workload(args.trajectories, args.groups, args.steps, args.hidden_size, seed=args.seed)
+    workload = {"records": len(batch), "trajectories": batch.num_trajectories, "groups": batch.num_groups,
+                "hidden_size": args.hidden_size, **workload_stats(batch)}
     results: dict[str, dict[str, float]] = {}
     ok = True
     for label, name, params in CASES:
@@ -151,8 +201,7 @@ def run(args) -> int:
             if key in diagnostics:
                 results[label][key] = round(diagnostics[key], 4)
     summary = {
-        "workload": {"records": len(batch), "trajectories": batch.num_trajectories, "groups": batch.num_groups,
-                     "hidden_size": args.hidden_size},
+        "workload": workload,
         "cpu": cpu_model(), "torch_threads": torch.get_num_threads(), "estimators": results, "all_agree": ok,
     }
     if args.json:
@@ -160,6 +209,10 @@ def run(args) -> int:
     else:
         print(f"{len(batch)} step records, {batch.num_groups} groups, hidden {args.hidden_size}; "
               f"{summary['cpu']}, {summary['torch_threads']} torch threads")
+        print(f"observation-hash singletons {workload['obs_hash_singleton_rate']:.1%} "
+              f"({workload['obs_hash_groups_per_group']:g} anchor groups per group); BiGPO eps "
+              f"{workload['bigpo_eps']:g}: singletons {workload['bigpo_singleton_rate']:.1%} "
+              f"({workload['bigpo_clusters_per_group']:g} clusters per group)")
         print(f"{'estimator':26s} {'ms':>8s} {'reference ms':>13s} {'speed-up':>9s}  agree")
         for label, r in results.items():
             print(f"{label:26s} {r['ms']:8.2f} {r['reference_ms']:13.1f} {r['speedup']:8.1f}x  {r['agree']}")

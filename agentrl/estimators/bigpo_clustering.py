@@ -35,35 +35,57 @@ def group_row_blocks(group: torch.Tensor, num_groups: int) -> list[torch.Tensor]
     return list(torch.split(order, torch.bincount(group, minlength=num_groups).tolist()))
 
 
-def _seed_clusters(x: torch.Tensor, norm: torch.Tensor, threshold: float, block: int) -> torch.Tensor:
-    """Seed index (local) of every row of one group (``norm``: row norms; ``threshold``: a cosine)."""
-    n = x.shape[0]
-    best = torch.full((n,), -float("inf"), dtype=x.dtype)
-    owner = torch.full((n,), -1, dtype=torch.int64)
-    start = 0
-    while start < n:
-        unmatched = (best[start:] < threshold).nonzero().squeeze(1)
-        if unmatched.numel() == 0:
-            break
-        candidates = unmatched[:block] + start
-        sims = (x[start:] @ x[candidates].T) / (norm[start:, None] * norm[candidates][None, :])  # cosines
-        among = sims[candidates - start].numpy()                 # candidate x candidate
-        accepted: list[int] = []
-        for k in range(candidates.numel()):                      # a candidate is a seed unless an
-            if not accepted or among[k, accepted].max() < threshold:  # accepted seed before it matches
-                accepted.append(k)
-        acc = torch.tensor(accepted, dtype=torch.int64)
-        seeds = candidates[acc]
-        rows = torch.arange(start, n)
-        seed_sims = sims[:, acc].masked_fill(rows[:, None] <= seeds[None, :], -float("inf"))
-        which = seed_sims.argmax(dim=1)                          # first maximum: the older seed
-        top = seed_sims.gather(1, which[:, None]).squeeze(1)
-        better = top > best[start:]
-        best[start:] = torch.where(better, top, best[start:])
-        owner[start:] = torch.where(better, seeds[which], owner[start:])
-        best[seeds] = float("inf")
-        owner[seeds] = seeds
-        start = int(candidates[-1]) + 1
+def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> torch.Tensor:
+    """Seed row (local index) of every row of one group, by blocks of ``block`` rows.
+
+    For each block: one matmul against the seeds found so far; the rows left without a seed
+    within the radius (the candidates) get one matmul against the block; the candidates are
+    accepted in order unless an earlier accepted candidate is within the radius (a short loop
+    over booleans); every row then takes the most similar seed before it (first maximum: the
+    older seed). Each similarity is computed once, so every decision reads the same number.
+    """
+    n, d = x.shape
+    norm = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-12)
+    seed_vec = torch.empty(n, d, dtype=x.dtype)      # seeds' rows, contiguous, in order of creation
+    seed_norm = torch.empty(n, dtype=x.dtype)
+    seed_row = torch.empty(n, dtype=torch.int64)
+    owner = torch.empty(n, dtype=torch.int64)
+    k = 0
+    for start in range(0, n, block):
+        rows = x[start:start + block]
+        b = rows.shape[0]
+        row_norm = norm[start:start + b]
+        if k:
+            old = torch.mm(rows, seed_vec[:k].t()).div_(row_norm[:, None] * seed_norm[None, :k])
+            old_best = old.max(dim=1).values
+            candidates = (old_best < threshold).nonzero().squeeze(1)
+        else:
+            old = None
+            candidates = torch.arange(b)
+        if candidates.numel():
+            cand_sims = torch.mm(rows, rows[candidates].t()).div_(row_norm[:, None] * row_norm[candidates][None, :])
+            close = (cand_sims[candidates] >= threshold).numpy()
+            blocked = close[0] & False
+            accepted = []
+            for c in range(candidates.numel()):             # in order; blocked by an earlier seed
+                if not blocked[c]:
+                    accepted.append(c)
+                    blocked |= close[c]
+            acc = torch.tensor(accepted, dtype=torch.int64)
+            new_local = candidates[acc]
+            new = cand_sims[:, acc]
+            new.masked_fill_(torch.arange(b)[:, None] <= new_local[None, :], -float("inf"))
+            sims = new if old is None else torch.cat([old, new], dim=1)
+            m = new_local.numel()
+            seed_vec[k:k + m] = rows[new_local]
+            seed_norm[k:k + m] = row_norm[new_local]
+            seed_row[k:k + m] = new_local + start
+            k += m
+        else:
+            new_local = candidates
+            sims = old
+        owner[start:start + b] = seed_row[sims.argmax(dim=1)]
+        owner[new_local + start] = new_local + start
     return owner
 
 
@@ -91,7 +113,7 @@ def _mean_clusters(x: torch.Tensor, threshold: float) -> torch.Tensor:
 
 
 def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups: int, eps: float,
-                           centroid: str = "seed", block: int = 32) -> tuple[torch.Tensor, int]:
+                           centroid: str = "seed", block: int = 64) -> tuple[torch.Tensor, int]:
     """Cluster id (0..K-1, numbered group by group in order of creation) for every row."""
     n = hidden.shape[0]
     labels = torch.empty(n, dtype=torch.int64)
@@ -105,8 +127,7 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
         x = hidden[first:first + rows.numel()] if contiguous else hidden[rows]   # a view when possible
         x = x.to(torch.float32)
         if centroid == "seed":
-            norm = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-12)
-            local = torch.unique(_seed_clusters(x, norm, threshold, block), return_inverse=True)[1]
+            local = torch.unique(_seed_clusters(x, threshold, block), return_inverse=True)[1]
         else:
             local = _mean_clusters(F.normalize(x, dim=1), threshold)
         labels[rows] = local + offset

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from agentrl.data import StepBatch
@@ -94,59 +95,72 @@ class BiPACEParams:
             raise ValueError("bipace.calibration_grid must list at least one eps")
 
 
+def row_codes(table: np.ndarray) -> np.ndarray:
+    """Integer code per row of an integer matrix (equal rows get equal codes), one column at a time:
+    a few 1-d ``np.unique`` calls instead of a sort of whole rows."""
+    code = np.zeros(table.shape[0], dtype=np.int64)
+    for column in table.T:
+        values, column_code = np.unique(column, return_inverse=True)
+        code = np.unique(code * values.size + column_code.reshape(-1), return_inverse=True)[1].reshape(-1)
+    return code
+
+
 def action_keys(batch: StepBatch, pace: str, first_token_len: int) -> torch.Tensor:
     """Integer action key per row (equal keys mean the same action)."""
     if pace == "first_token":
         width = min(int(first_token_len), batch.response_ids.shape[1])
-        ids = batch.response_ids[:, :width].clone()
-        ids[batch.response_mask[:, :width] <= 0] = -1
-        if width < first_token_len:  # shorter batches: pad so that keys keep one length
-            ids = torch.cat([ids, torch.full((len(batch), first_token_len - width), -1, dtype=ids.dtype)], dim=1)
-        return torch.unique(ids, dim=0, return_inverse=True)[1]
+        ids = batch.response_ids[:, :width].numpy().astype(np.int64)
+        ids[batch.response_mask[:, :width].numpy() <= 0] = -1
+        # positions past the response width are absent (-1) in every row: they cannot split keys
+        return torch.from_numpy(row_codes(ids))
     return common.string_codes(batch.action)
 
 
 def pace_step_advantage(step_return: torch.Tensor, cluster: torch.Tensor, num_clusters: int, key: torch.Tensor,
                         params: BiPACEParams) -> tuple[torch.Tensor, dict[str, float]]:
-    """Step term per row and cluster diagnostics (rows are grouped by ``cluster``)."""
+    """Step term per row and cluster diagnostics (rows are grouped by ``cluster``); numpy inside."""
     n = step_return.numel()
-    size = common.segment_count(cluster, num_clusters)
-    total = common.segment_sum(step_return, cluster, num_clusters)
-    cell, num_cells = common.pair_segments(cluster, key)
-    cell_size = common.segment_count(cell, num_cells)
-    cell_total = common.segment_sum(step_return, cell, num_cells)
-    cell_cluster = torch.zeros(num_cells, dtype=torch.int64).index_copy_(0, cell, cluster)
-    distinct = torch.bincount(cell_cluster, minlength=num_clusters).to(common.F64)
+    ret, clu = step_return.to(common.F64).numpy(), cluster.numpy()
+    size = np.bincount(clu, minlength=num_clusters).astype(np.float64)
+    total = np.bincount(clu, ret, minlength=num_clusters)
+    cell_t, num_cells = common.pair_segments(cluster, key)
+    cell = cell_t.numpy()
+    cell_size = np.bincount(cell, minlength=num_cells).astype(np.float64)
+    cell_total = np.bincount(cell, ret, minlength=num_cells)
+    cell_cluster = np.zeros(num_cells, dtype=np.int64)
+    cell_cluster[cell] = clu
+    distinct = np.bincount(cell_cluster, minlength=num_clusters).astype(np.float64)
 
-    row_size, row_total, row_distinct = size[cluster], total[cluster], distinct[cluster]
+    row_size, row_total, row_distinct = size[clu], total[clu], distinct[clu]
     multi = row_size > 1
     fallback = multi & (row_distinct == 1)
     paced = multi & (row_distinct > 1)
     if params.pace == "state_only":
         step = common.normalise_in_segments(step_return, cluster, num_clusters, params.mode == "mean_std_norm",
-                                            params.epsilon, "zero")
+                                            params.epsilon, "zero").numpy()
     else:
         own_cell_size, own_cell_total = cell_size[cell], cell_total[cell]
         if params.pace == "q":
             paced_value = own_cell_total / own_cell_size - row_total / row_size
         else:
-            paced_value = step_return - (row_total - own_cell_total) / (row_size - own_cell_size).clamp_min(1)
-        leave_one_out = step_return - (row_total - step_return) / (row_size - 1).clamp_min(1)
-        step = torch.where(paced, paced_value, torch.where(fallback, leave_one_out, torch.zeros_like(step_return)))
+            paced_value = ret - (row_total - own_cell_total) / np.maximum(row_size - own_cell_size, 1)
+        leave_one_out = ret - (row_total - ret) / np.maximum(row_size - 1, 1)
+        step = np.where(paced, paced_value, np.where(fallback, leave_one_out, 0.0))
         if params.pace_norm_by_std:
             _, std, _ = common.segment_mean_std(step_return, cluster, num_clusters)
-            step = torch.where(multi, step / (std[cluster] + params.epsilon), step)
+            step = np.where(multi, step / (std.numpy()[clu] + params.epsilon), step)
     multi_clusters = size > 1
+    any_multi = bool(multi_clusters.any())
     diagnostics = {
         "num_clusters": float(num_clusters),
-        "singleton_rate": float((~multi).to(common.F64).mean()) if n else 0.0,
+        "singleton_rate": float((~multi).mean()) if n else 0.0,
         "mean_cluster_size": common.mean_segment_size(cluster, num_clusters),
-        "mean_multi_cluster_size": float(size[multi_clusters].mean()) if bool(multi_clusters.any()) else 0.0,
-        "distinct_keys_per_cluster": float(distinct[multi_clusters].mean()) if bool(multi_clusters.any()) else 0.0,
-        "fallback_rate": float(fallback.to(common.F64).mean()) if n else 0.0,
-        "pace_rate": float(paced.to(common.F64).mean()) if n else 0.0,
+        "mean_multi_cluster_size": float(size[multi_clusters].mean()) if any_multi else 0.0,
+        "distinct_keys_per_cluster": float(distinct[multi_clusters].mean()) if any_multi else 0.0,
+        "fallback_rate": float(fallback.mean()) if n else 0.0,
+        "pace_rate": float(paced.mean()) if n else 0.0,
     }
-    return step, diagnostics
+    return torch.from_numpy(step), diagnostics
 
 
 def resolve_eps(batch: StepBatch, group: torch.Tensor, num_groups: int, params: BiPACEParams,

@@ -40,7 +40,8 @@ class GRPOParams:
 @register_estimator("grpo", GRPOParams)
 def grpo_advantages(batch: StepBatch, params: GRPOParams, state=None) -> tuple[torch.Tensor, dict[str, float]]:
     layout = common.TrajectoryLayout.of(batch)
-    returns = common.row_returns(batch, layout, 1.0, params.invalid_action_penalty, params.penalty_mode)
+    returns = common.row_returns(batch, layout, 1.0, params.invalid_action_penalty, params.penalty_mode,
+                                 step=False)
     adv, group, num_groups = common.episode_advantage(batch, returns, params.norm_by_std, params.epsilon,
                                                       params.episode_stats)
     diagnostics = {

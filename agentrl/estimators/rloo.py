@@ -36,7 +36,8 @@ class RLOOParams:
 @register_estimator("rloo", RLOOParams)
 def rloo_advantages(batch: StepBatch, params: RLOOParams, state=None) -> tuple[torch.Tensor, dict[str, float]]:
     layout = common.TrajectoryLayout.of(batch)
-    returns = common.row_returns(batch, layout, 1.0, params.invalid_action_penalty, params.penalty_mode)
+    returns = common.row_returns(batch, layout, 1.0, params.invalid_action_penalty, params.penalty_mode,
+                                 step=False)
     group, num_groups = batch.group_segments()
     score = returns.episode_score
     if params.episode_stats == "steps":
