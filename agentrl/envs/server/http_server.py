@@ -68,8 +68,11 @@ class PoolRequestHandler(BaseHTTPRequestHandler):
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (e.g. its timeout)
+            self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         if self.server.verbose:

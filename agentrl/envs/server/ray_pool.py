@@ -30,7 +30,8 @@ class EnvPoolActor:
 
 def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | None = None,
                       num_shards: int = 1, num_cpus_per_shard: float = 1.0,
-                      max_restarts: int = 3, factory: Callable[[], Any] | None = None) -> list[Any]:
+                      max_restarts: int = 3, factory: Callable[[], Any] | None = None,
+                      start_timeout: float = 300.0) -> list[Any]:
     """Start ``num_shards`` pool actors (Ray must be initialised) and wait until they are built.
 
     ``factory`` (optional) builds one instance instead of ``make_env(env_name, **env_kwargs)``:
@@ -45,5 +46,12 @@ def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | Non
                                                    max_task_retries=0)
     sizes = shard_sizes(size, num_shards)
     actors = [actor_class.remote(env_name, n, env_kwargs, sum(sizes[:i]), factory) for i, n in enumerate(sizes)]
-    ray.get([a.ready.remote() for a in actors])
+    try:
+        ray.get([a.ready.remote() for a in actors], timeout=start_timeout)
+    except ray.exceptions.GetTimeoutError:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        raise RuntimeError(f"{num_shards} {env_name} pool actors ({num_cpus_per_shard} CPU each) did not start "
+                           f"within {start_timeout:.0f} s: is the cluster short of CPUs? "
+                           f"(available: {ray.available_resources().get('CPU', 0)})") from None
     return actors
