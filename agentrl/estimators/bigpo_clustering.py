@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -35,7 +36,7 @@ def group_row_blocks(group: torch.Tensor, num_groups: int) -> list[torch.Tensor]
     return list(torch.split(order, torch.bincount(group, minlength=num_groups).tolist()))
 
 
-def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> torch.Tensor:
+def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> np.ndarray:
     """Seed row (local index) of every row of one group, by blocks of ``block`` rows.
 
     For each block: one matmul against the seeds found so far; the rows left without a seed
@@ -43,48 +44,53 @@ def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> torch.Tenso
     accepted in order unless an earlier accepted candidate is within the radius (a short loop
     over booleans); every row then takes the most similar seed before it (first maximum: the
     older seed). Each similarity is computed once, so every decision reads the same number.
+    The matmuls are ``torch.mm`` on zero-copy views; the bookkeeping is numpy (on CPU a torch op
+    costs several times a numpy op, and there are a dozen per block).
     """
     n, d = x.shape
-    norm = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-12)
-    seed_vec = torch.empty(n, d, dtype=x.dtype)      # seeds' rows, contiguous, in order of creation
-    seed_norm = torch.empty(n, dtype=x.dtype)
-    seed_row = torch.empty(n, dtype=torch.int64)
-    owner = torch.empty(n, dtype=torch.int64)
+    xs = x.numpy()
+    norm = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-12).numpy()
+    seed_vec = np.empty((n, d), dtype=xs.dtype)     # seeds' rows, contiguous, in order of creation
+    seed_t = torch.from_numpy(seed_vec)
+    seed_norm = np.empty(n, dtype=xs.dtype)
+    seed_row = np.empty(n, dtype=np.int64)
+    owner = np.empty(n, dtype=np.int64)
     k = 0
     for start in range(0, n, block):
-        rows = x[start:start + block]
+        rows, rows_t = xs[start:start + block], x[start:start + block]
         b = rows.shape[0]
         row_norm = norm[start:start + b]
         if k:
-            old = torch.mm(rows, seed_vec[:k].t()).div_(row_norm[:, None] * seed_norm[None, :k])
-            old_best = old.max(dim=1).values
-            candidates = (old_best < threshold).nonzero().squeeze(1)
+            old = torch.mm(rows_t, seed_t[:k].t()).numpy()
+            old /= row_norm[:, None] * seed_norm[None, :k]
+            candidates = np.flatnonzero(old.max(axis=1) < threshold)
         else:
             old = None
-            candidates = torch.arange(b)
-        if candidates.numel():
-            cand_sims = torch.mm(rows, rows[candidates].t()).div_(row_norm[:, None] * row_norm[candidates][None, :])
-            close = (cand_sims[candidates] >= threshold).numpy()
-            blocked = close[0] & False
+            candidates = np.arange(b)
+        new_local = candidates
+        if candidates.size:
+            first = int(candidates[0])                      # rows before it cannot join a new seed
+            cand_sims = torch.mm(rows_t[first:], torch.from_numpy(rows[candidates]).t()).numpy()
+            cand_sims /= row_norm[first:, None] * row_norm[candidates][None, :]
+            close = cand_sims[candidates - first] >= threshold
+            blocked = np.zeros(candidates.size, dtype=bool)
             accepted = []
-            for c in range(candidates.numel()):             # in order; blocked by an earlier seed
+            for c in range(candidates.size):                # in order; blocked by an earlier seed
                 if not blocked[c]:
                     accepted.append(c)
                     blocked |= close[c]
-            acc = torch.tensor(accepted, dtype=torch.int64)
-            new_local = candidates[acc]
-            new = cand_sims[:, acc]
-            new.masked_fill_(torch.arange(b)[:, None] <= new_local[None, :], -float("inf"))
-            sims = new if old is None else torch.cat([old, new], dim=1)
-            m = new_local.numel()
+            new_local = candidates[accepted]
+            new = np.full((b, new_local.size), -np.inf, dtype=xs.dtype)
+            joinable = cand_sims[:, accepted]
+            joinable[np.arange(first, b)[:, None] <= new_local[None, :]] = -np.inf   # only later rows join
+            new[first:] = joinable
+            old = new if old is None else np.concatenate([old, new], axis=1)
+            m = new_local.size
             seed_vec[k:k + m] = rows[new_local]
             seed_norm[k:k + m] = row_norm[new_local]
             seed_row[k:k + m] = new_local + start
             k += m
-        else:
-            new_local = candidates
-            sims = old
-        owner[start:start + b] = seed_row[sims.argmax(dim=1)]
+        owner[start:start + b] = seed_row[old.argmax(axis=1)]   # first maximum: the older seed
         owner[new_local + start] = new_local + start
     return owner
 
@@ -125,9 +131,10 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
         first = int(rows[0])
         contiguous = int(rows[-1]) - first + 1 == rows.numel()
         x = hidden[first:first + rows.numel()] if contiguous else hidden[rows]   # a view when possible
-        x = x.to(torch.float32)
+        x = x.detach().to(torch.float32)
         if centroid == "seed":
-            local = torch.unique(_seed_clusters(x, threshold, block), return_inverse=True)[1]
+            local = torch.from_numpy(np.unique(_seed_clusters(x.contiguous(), threshold, block),
+                                               return_inverse=True)[1].reshape(-1))
         else:
             local = _mean_clusters(F.normalize(x, dim=1), threshold)
         labels[rows] = local + offset
