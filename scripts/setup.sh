@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Set up agentrl in ./.venv (idempotent: a second run only checks what is there).
 # CPU machines: torch==2.13.0 is installed first (the CPU wheel), so nothing pulls CUDA wheels.
-# GPU machines: set AGENTRL_TORCH="torch" (or a CUDA build) and AGENTRL_EXTRAS="dev,vllm".
+# GPU machines: set AGENTRL_TORCH="torch" (or a CUDA build) and AGENTRL_EXTRAS="dev,alfworld,vllm".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${AGENTRL_VENV:-.venv}
 TORCH_SPEC=${AGENTRL_TORCH:-torch==2.13.0}
-EXTRAS=${AGENTRL_EXTRAS:-dev}
+EXTRAS=${AGENTRL_EXTRAS:-dev,alfworld}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 DS_BUILD_OPS=0
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -74,6 +74,12 @@ def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
     after = load_file(str(run_dir / "final_model" / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "iter_000002"
+    # `agentrl export` of the newest checkpoint gives the same weights as the final model
+    export = run_cli(["export", f"checkpoint={run_dir}", f"out={tmp_path / 'exported'}"])
+    out_export, _ = export.communicate(timeout=300)
+    assert export.returncode == 0, out_export[-3000:]
+    exported = load_file(str(tmp_path / "exported" / "model.safetensors"))
+    assert all(torch.equal(exported[k], after[k]) for k in after)
 
     # the same run, killed once its iteration-1 checkpoint is complete, then resumed
     killed = run_cli(train_args(tmp_path / "killed", start_model))

@@ -28,7 +28,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; only the ``selected`` command's arguments are built (its module may import
+    heavy packages), so ``agentrl --help`` and every command start fast."""
     parser = _Parser(
         prog="agentrl",
         description="Reinforcement learning for multi-turn LLM agents (GRPO, RLOO, GiGPO, GAGPO, BiPACE) "
@@ -40,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module in discover_commands().items():
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
-        module.add_arguments(p)
+        if selected is None or name == selected:
+            module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
 
@@ -48,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        parser = build_parser()
+        command = next((a for a in argv if not a.startswith("-")), None)
+        parser = build_parser(selected=command or "")
         args = parser.parse_args(argv)
         if not getattr(args, "_run", None):
             parser.print_help()

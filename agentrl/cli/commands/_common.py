@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from agentrl.config import Config, load_config, parse_overrides
 from agentrl.errors import UsageError
-from agentrl.models.loading import TINY
 
 # The recipe `agentrl train` runs when none is given: the best tiny CPU recipe.
 DEFAULT_TRAIN_RECIPE = "textcraft_grpo_tiny"
@@ -26,7 +25,7 @@ def require_hardware(cfg: Config, recipe: str | None) -> None:
     import torch
 
     wants_gpu = cfg.trainer.device == "cuda" or (
-        cfg.trainer.device == "auto" and cfg.model.name_or_path != TINY and not cfg.model.random_init)
+        cfg.trainer.device == "auto" and cfg.model.name_or_path != "tiny" and not cfg.model.random_init)
     if wants_gpu and not torch.cuda.is_available():
         raise UsageError(f"{recipe or 'this config'} trains {cfg.model.name_or_path} and needs GPUs, but none is "
                          "visible; run a *_tiny recipe on CPU, or pass trainer.device=cpu to force the CPU")
