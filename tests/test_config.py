@@ -104,3 +104,12 @@ def test_every_field_has_help_text():
 def test_build_rejects_a_section_that_is_not_a_mapping():
     with pytest.raises(UsageError, match="`learner` must be a mapping"):
         build_dataclass(Config, {"learner": 3})
+
+
+def test_configuration_reference_is_up_to_date():
+    from pathlib import Path
+
+    from agentrl.config.reference import render
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+    assert doc.read_text() == render(), "regenerate: python -m agentrl.config.reference > docs/configuration.md"

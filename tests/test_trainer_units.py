@@ -1,0 +1,53 @@
+"""The training loop's small parts: config -> estimator parameters, the task schedule, run dirs."""
+
+import dataclasses
+
+import pytest
+
+from agentrl.config import load_config
+from agentrl.errors import UsageError
+from agentrl.estimators import PARAMS
+from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
+from agentrl.trainer import estimator_params
+
+# estimator parameters deliberately left at their defaults (not exposed in the config)
+NOT_IN_CONFIG = {"calibration_grid"}
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "gigpo", "gagpo", "bipace"])
+def test_config_exposes_every_estimator_parameter(estimator):
+    cfg = load_config("alfworld_gigpo_qwen7b", [f"algorithm.estimator={estimator}", "rollout.invalid_action_penalty=0.3"])
+    params = estimator_params(cfg)
+    names = {f.name for f in dataclasses.fields(PARAMS[estimator])}
+    assert set(params) == names - NOT_IN_CONFIG
+    assert params["invalid_action_penalty"] == 0.3
+
+
+def test_estimator_params_follow_the_recipe():
+    params = estimator_params(load_config("webshop_bipace_qwen1.5b"))
+    assert (params["eps"], params["mode"], params["gamma"]) == (0.05, "mean_norm", 0.95)
+
+
+def test_task_schedule_is_deterministic_and_walks_whole_epochs():
+    a, b = TaskSchedule("train", 10, 4, seed=3), TaskSchedule("train", 10, 4, seed=3)
+    assert [a.tasks_for(i) for i in range(1, 6)] == [b.tasks_for(i) for i in range(1, 6)]
+    first_epoch = [t.index for i in (1, 2) for t in a.tasks_for(i)] + [t.index for t in a.tasks_for(3)[:2]]
+    assert sorted(first_epoch) == list(range(10))
+    assert TaskSchedule("train", 10, 4, seed=4).tasks_for(1) != a.tasks_for(1)
+
+
+def test_run_directory_refuses_an_unwritable_output_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cfg = load_config(None, [f"trainer.output_dir={blocker}"])
+    with pytest.raises(UsageError, match="cannot write to the run directory"):
+        RunDirectory.create(cfg, "textcraft_grpo_tiny")
+
+
+def test_trainer_state_round_trip_and_resume_errors(tmp_path):
+    state = TrainerState(iteration=3, model_dir="/m", estimator_state={"eps": 0.1, "calibration": {}})
+    assert TrainerState.from_json(state.to_json()) == state
+    cfg = load_config(None, [f"trainer.output_dir={tmp_path}", f"trainer.resume={tmp_path / 'nowhere'}"])
+    run = RunDirectory.create(cfg, "x")
+    with pytest.raises(UsageError, match="no trainer_state.json"):
+        run.load_latest()
