@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from typing import Sequence
 
 import numpy as np
@@ -61,18 +62,34 @@ def penalty_mode_field():
 # 6,400 rows, so they run in numpy (``bincount`` sums in row order, like ``index_add_``) on
 # zero-copy views of the tensors and hand tensors back.
 def string_codes(values: Sequence[str]) -> torch.Tensor:
-    """Integer code per string (equal strings get equal codes, in order of first appearance)."""
-    distinct = dict.fromkeys(values)       # distinct strings in order of first appearance (hashes are cached
-    index = dict(zip(distinct, range(len(distinct))))   # on str objects, so the later passes are cheap)
-    return torch.from_numpy(np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values)))
+    """Integer code per string (equal strings get equal codes, 0..K-1 in order of first appearance).
+
+    One C-level pass: ``dict.setdefault`` maps every string to the index of its first row (no
+    Python bytecode per row); the first-row indices are then ranked with a cumulative sum.
+    """
+    n = len(values)
+    first_row = np.fromiter(map({}.setdefault, values, itertools.count()), dtype=np.int64, count=n)
+    is_first = np.zeros(n, dtype=np.int64)
+    is_first[first_row] = 1
+    return torch.from_numpy((np.cumsum(is_first) - 1)[first_row])
 
 
 def pair_segments(outer: torch.Tensor, inner: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Segment ids of the pairs (outer, inner): rows share a segment iff both keys are equal."""
+    """Segment ids of the pairs (outer, inner): rows share a segment iff both keys are equal.
+
+    When ``inner`` is already dense (0..K-1) and each inner key occurs under one outer key only
+    (observation strings of different groups rarely coincide), the inner keys are the segments;
+    otherwise the combined keys are sorted.
+    """
     if outer.numel() == 0:
         return outer.clone(), 0
-    width = int(inner.max()) + 1
-    keys, inverse = np.unique(outer.numpy() * width + inner.numpy(), return_inverse=True)
+    o, i = outer.numpy(), inner.numpy()
+    width = int(i.max()) + 1
+    owner = np.empty(width, dtype=o.dtype)
+    owner[i] = o
+    if bool((owner[i] == o).all()) and np.count_nonzero(np.bincount(i, minlength=width)) == width:
+        return inner, width
+    keys, inverse = np.unique(o * width + i, return_inverse=True)
     return torch.from_numpy(inverse.reshape(-1)), int(keys.size)
 
 
@@ -125,27 +142,30 @@ def normalise_in_segments(values: torch.Tensor, seg: torch.Tensor, num: int, by_
 
 # ----- trajectory layout and discounted sums ---------------------------------------------------------
 @functools.lru_cache(maxsize=32)
-def _discount_kernel(length: int, factor: float) -> torch.Tensor:
+def _discount_kernel(length: int, factor: float) -> np.ndarray:
     """``M[k, t] = factor^(k - t)`` for k >= t, else 0 (read-only: shared between calls)."""
-    steps = torch.arange(length, dtype=F64)
-    lag = steps[:, None] - steps[None, :]
-    return torch.where(lag >= 0, torch.pow(torch.tensor(factor, dtype=F64), lag.clamp_min(0)),
-                       torch.zeros((), dtype=F64))
+    lag = np.arange(length, dtype=np.float64)[:, None] - np.arange(length, dtype=np.float64)[None, :]
+    kernel = np.where(lag >= 0, np.power(factor, np.maximum(lag, 0.0)), 0.0)
+    kernel.flags.writeable = False
+    return kernel
 
 
 @dataclasses.dataclass(frozen=True)
 class TrajectoryLayout:
-    """Where each row sits in a dense ``[num_trajectories, max_len]`` matrix (rows ordered by step)."""
+    """Where each row sits in a dense ``[num_trajectories, max_len]`` matrix (rows ordered by step).
+
+    The dense matrices are numpy arrays with one spare column (``width = max_len + 1``), so that the
+    slot after a trajectory's last row is always an empty one of the same trajectory.
+    """
 
     traj: torch.Tensor      # trajectory segment id per row
     pos: torch.Tensor       # rank of the row's step inside its trajectory (0 = first)
     num_traj: int
     max_len: int
-    flat: torch.Tensor | None = None   # traj * max_len + pos: the row's index in the flattened matrix
 
-    def __post_init__(self) -> None:
-        if self.flat is None:
-            object.__setattr__(self, "flat", self.traj * self.max_len + self.pos)
+    @functools.cached_property
+    def _flat(self) -> np.ndarray:
+        return self.traj.numpy() * (self.max_len + 1) + self.pos.numpy()
 
     @classmethod
     def of(cls, batch: StepBatch) -> "TrajectoryLayout":
@@ -159,16 +179,21 @@ class TrajectoryLayout:
         start = np.cumsum(length) - length
         pos = np.empty(n, dtype=np.int64)
         pos[order] = np.arange(n) - start[t[order]]
-        max_len = int(length.max())
-        return cls(traj, torch.from_numpy(pos), num_traj, max_len, torch.from_numpy(t * max_len + pos))
+        return cls(traj, torch.from_numpy(pos), num_traj, int(length.max()))
+
+    def _dense(self, values: torch.Tensor) -> np.ndarray:
+        dense = np.zeros(self.num_traj * (self.max_len + 1), dtype=np.float64)
+        dense[self._flat] = values.numpy()
+        return dense
 
     def to_dense(self, values: torch.Tensor) -> torch.Tensor:
-        dense = torch.zeros(self.num_traj * self.max_len, dtype=values.dtype)
-        dense[self.flat] = values
-        return dense.view(self.num_traj, self.max_len)
+        """``[num_trajectories, max_len]`` float64 matrix of the values (0 where no row)."""
+        return torch.from_numpy(self._dense(values.to(F64)).reshape(self.num_traj, -1)[:, :self.max_len].copy())
 
     def from_dense(self, dense: torch.Tensor) -> torch.Tensor:
-        return dense.reshape(-1)[self.flat]
+        padded = np.zeros((self.num_traj, self.max_len + 1), dtype=np.float64)
+        padded[:, :self.max_len] = dense.numpy()
+        return torch.from_numpy(padded.reshape(-1)[self._flat])
 
     def discounted_sum(self, values: torch.Tensor, factor: float) -> torch.Tensor:
         """Per row: sum over k >= t of factor^(k - t) * values_k along its trajectory.
@@ -177,15 +202,17 @@ class TrajectoryLayout:
         a backward loop; ``0 ** 0 = 1`` keeps ``factor = 0`` exact.
         """
         if self.num_traj == 0:
-            return values.clone()
-        return self.from_dense(self.to_dense(values.to(F64)) @ _discount_kernel(self.max_len, float(factor)))
+            return values.to(F64).clone()
+        dense = self._dense(values.to(F64)).reshape(self.num_traj, -1)[:, :self.max_len]
+        out = np.zeros((self.num_traj, self.max_len + 1), dtype=np.float64)
+        out[:, :self.max_len] = dense @ _discount_kernel(self.max_len, float(factor))
+        return torch.from_numpy(out.reshape(-1)[self._flat])
 
     def next_row_values(self, values: torch.Tensor) -> torch.Tensor:
         """Per row: the value of the trajectory's next row, 0 after its last row."""
-        dense = self.to_dense(values)
-        shifted = torch.zeros_like(dense)
-        shifted[:, :-1] = dense[:, 1:]
-        return self.from_dense(shifted)
+        if self.num_traj == 0:
+            return values.to(F64).clone()
+        return torch.from_numpy(self._dense(values.to(F64))[self._flat + 1])
 
 
 # ----- rewards, penalty, returns ---------------------------------------------------------------------
