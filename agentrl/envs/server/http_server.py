@@ -59,6 +59,7 @@ class PoolHTTPServer(ThreadingHTTPServer):
 class PoolRequestHandler(BaseHTTPRequestHandler):
     server: PoolHTTPServer
     protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connection
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms ACK stalls
 
     def _reply(self, status: int, body: dict[str, Any], close: bool = False) -> None:
         data = json.dumps(body, separators=(",", ":")).encode("utf-8")
