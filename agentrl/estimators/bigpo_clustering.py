@@ -8,9 +8,10 @@ Centroids (the sources do not say which; both are offered):
 
 * ``"seed"`` (default): a cluster's centroid is its first member, as in the reference code's
   similarity grouping. Every member then lies within eps of one real state, the radius keeps its
-  meaning as clusters grow, and the pass vectorises exactly: all rows are compared with a block
-  of candidate seeds in one matmul, and only the acceptance of the candidates (a few per block)
-  is resolved in Python. The result is identical to the row-by-row greedy pass.
+  meaning as clusters grow, and the pass vectorises exactly: blocks of rows are compared with the
+  seeds found so far in one float32 matmul, and only the acceptance of the candidates (a few
+  per block) is resolved in Python. The result is identical to the row-by-row greedy pass; the
+  work is each row's cosine with every earlier seed of its group (rows x clusters, not rows^2).
 * ``"mean"``: the l2-normalised running mean of the members. Each row depends on every earlier
   join, so this loops over rows (with a vectorised distance to all centroids).
 
