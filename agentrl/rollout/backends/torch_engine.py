@@ -2,10 +2,13 @@
 
 How one ``generate`` call runs:
 
-1. **Identical prompts are encoded once.** The G rollouts of a group share their step-0 prompt
-   (and later prompts too while their histories agree), so the prompts are deduplicated, the
-   unique ones are prefilled as one left-padded batch, and the KV cache rows are then copied out
-   to every request (``index_select`` on the cache, no model call).
+1. **Shared prompt beginnings are encoded once.** The G rollouts of a group have the same
+   step-0 prompt, and later prompts of a group still share the task and the oldest observation
+   of the history window. Prompts are clustered by common prefix (:func:`shared_prefixes`);
+   each cluster's prefix is prefilled once (one left-padded batch over clusters), its KV cache
+   rows are copied out to the members (``index_select``, no model call), and then every
+   prompt's own remainder is prefilled on top in one batch (the padding sits between prefix
+   and remainder; the attention mask hides it and position ids skip it).
 2. **Decoding** runs one forward pass per new token for all unfinished rows at once, with the
    cache, the 2-D attention mask (left padding) and explicit position ids.
 3. **Finished rows leave the batch**: a row that sampled a stop token (or completed a stop
@@ -45,6 +48,52 @@ def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return scaled
 
 
+def shared_prefixes(prompts: Sequence[Sequence[int]], min_shared: int) -> tuple[list[list[int]], list[int]]:
+    """Cluster prompts that share a leading run of at least ``min_shared`` tokens.
+
+    Returns one prefix per cluster and each prompt's cluster. Prompts are sorted so that shared
+    beginnings are neighbours; a cluster's prefix is the longest common prefix of its members,
+    cut so that every member keeps at least one token of its own (the last prompt token has to
+    go through the model to give the next-token logits). A prompt that shares nothing gets a
+    cluster of its own whose prefix is the prompt minus its last token.
+    """
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    prefixes: list[list[int]] = []
+    source = [0] * len(prompts)
+    members: list[list[int]] = []
+    for i in order:
+        p = prompts[i]
+        if prefixes:
+            current = prefixes[-1]
+            limit = min(len(current), len(p))
+            k = 0
+            while k < limit and current[k] == p[k]:
+                k += 1
+            if k >= min_shared:
+                prefixes[-1] = current[:k]
+                members[-1].append(i)
+                continue
+        prefixes.append(list(p))
+        members.append([i])
+    for c, rows in enumerate(members):
+        shortest = min(len(prompts[i]) for i in rows)
+        prefixes[c] = prefixes[c][:shortest - 1]
+        for i in rows:
+            source[i] = c
+    return prefixes, source
+
+
+def _left_padded(rows: Sequence[Sequence[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.as_tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    return ids.to(device), mask.to(device)
+
+
 def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
                   generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sampled token ids ``[B]`` and their log-probs ``[B]`` from next-token logits ``[B, V]``."""
@@ -64,27 +113,30 @@ def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
 class TorchBackend(GenerationBackend):
     """Batched KV-cache generation with a Hugging Face causal LM, on CPU or one GPU.
 
-    ``tokenizer`` is needed only for stop strings. ``dedupe_prompts=False`` turns off the shared
-    prefill of identical prompts (for measuring what it saves).
+    ``tokenizer`` is needed only for stop strings. ``share_prefixes=False`` turns off the shared
+    prefill (for measuring what it saves); ``min_shared_tokens`` is the shortest common
+    beginning worth sharing.
     """
 
     name = "torch"
 
-    def __init__(self, model: torch.nn.Module, tokenizer=None, *, dedupe_prompts: bool = True):
+    def __init__(self, model: torch.nn.Module, tokenizer=None, *, share_prefixes: bool = True,
+                 min_shared_tokens: int = 16):
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.dedupe_prompts = dedupe_prompts
+        self.share_prefixes = share_prefixes
+        self.min_shared_tokens = int(min_shared_tokens)
         self.device = next(model.parameters()).device
         self._counters = {"calls": 0, "prompts": 0, "prefill_tokens": 0, "prefill_tokens_saved": 0,
                           "generated_tokens": 0, "forward_passes": 0, "seconds": 0.0}
 
     @classmethod
     def from_pretrained(cls, model_dir: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                        attn_implementation: str = "sdpa", dedupe_prompts: bool = True) -> "TorchBackend":
+                        attn_implementation: str = "sdpa", share_prefixes: bool = True) -> "TorchBackend":
         from agentrl.models import load_model, load_tokenizer
 
         model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
-        return cls(model, load_tokenizer(model_dir), dedupe_prompts=dedupe_prompts)
+        return cls(model, load_tokenizer(model_dir), share_prefixes=share_prefixes)
 
     # ----- weights -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -126,32 +178,33 @@ class TorchBackend(GenerationBackend):
             raise ValueError("stop strings need a tokenizer: build the backend with one")
         start = time.perf_counter()
         n = len(prompt_ids)
-        # 1. unique prompts, prefilled once
-        if self.dedupe_prompts:
-            unique: dict[tuple[int, ...], int] = {}
-            source = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]
-            unique_prompts = [list(p) for p in unique]
+        prompts = [list(map(int, p)) for p in prompt_ids]
+        if self.share_prefixes and min(len(p) for p in prompts) > 1:
+            prefixes, source = shared_prefixes(prompts, self.min_shared_tokens)
         else:
-            source, unique_prompts = list(range(n)), [list(p) for p in prompt_ids]
-        width = max(len(p) for p in unique_prompts)
-        pad_id = 0
-        ids = torch.full((len(unique_prompts), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(unique_prompts), width), dtype=torch.long)
-        for i, p in enumerate(unique_prompts):
-            ids[i, width - len(p):] = torch.as_tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        logits = self._forward(ids, mask, positions, cache)
-        self._counters["prefill_tokens"] += sum(len(p) for p in unique_prompts)
-        self._counters["prefill_tokens_saved"] += sum(len(p) for p in prompt_ids) - sum(len(p) for p in unique_prompts)
-        # 2. copy the cache rows out to every request
+            prefixes, source = [[] for _ in prompts], list(range(n))
         expand = torch.as_tensor(source, dtype=torch.long, device=self.device)
-        if len(unique_prompts) != n or source != list(range(n)):
+        cache = DynamicCache()
+        # 1. shared prefixes, one row per cluster of prompts
+        if any(prefixes):
+            ids, mask = _left_padded(prefixes, self.device)
+            self._forward(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), cache)
             cache.reorder_cache(expand)
-            logits, mask = logits[expand], mask[expand]
-        next_pos = positions[expand, -1] + 1
+            prefix_mask = mask[expand]
+            prefix_len = torch.as_tensor([len(prefixes[c]) for c in source], device=self.device)
+        else:
+            prefix_mask = torch.zeros((n, 0), dtype=torch.long, device=self.device)
+            prefix_len = torch.zeros(n, dtype=torch.long, device=self.device)
+        # 2. every prompt's own remainder, on top of its prefix (padding sits between the two)
+        suffixes = [p[len(prefixes[c]):] for p, c in zip(prompts, source)]
+        ids, suffix_mask = _left_padded(suffixes, self.device)
+        positions = (prefix_len[:, None] + suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([prefix_mask, suffix_mask], dim=1)
+        logits = self._forward(ids, mask, positions, cache)
+        next_pos = positions[:, -1] + 1
+        used = sum(len(x) for x in prefixes) + sum(len(x) for x in suffixes)
+        self._counters["prefill_tokens"] += used
+        self._counters["prefill_tokens_saved"] += sum(len(p) for p in prompts) - used
         # 3. decode, dropping finished rows
         generator = None
         if not sampling.greedy:

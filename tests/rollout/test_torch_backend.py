@@ -1,0 +1,106 @@
+"""The built-in torch engine: equals HF greedy decoding, logprobs, seeds, stops, shared prefill, weights."""
+
+from __future__ import annotations
+
+import torch
+
+from agentrl.models import build_tiny_model, load_model, stop_token_ids
+from agentrl.rollout.backends import SamplingParams, TorchBackend
+from agentrl.rollout.backends.torch_engine import filter_logits, shared_prefixes
+from rollout_helpers import TINY
+
+TEXTS = ["Crafting commands:\ncraft 4 oak planks using 1 oak logs\n\nGoal: craft stick.",
+         "Got 1 oak logs", "<think>I need planks</think><action>craft 4 oak planks using 1 oak logs</action>"]
+
+
+def _prompts(tokenizer):
+    ids = [tokenizer(t)["input_ids"] for t in TEXTS]
+    return [ids[0], ids[1], ids[0], ids[2], ids[0]]  # three identical prompts, different lengths
+
+
+def _reference_logprobs(model, prompt, response, temperature=1.0):
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1:-1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+
+
+def test_greedy_matches_hf_generate_and_reports_model_logprobs(tiny_model_dir, tiny_tokenizer):
+    backend = TorchBackend.from_pretrained(tiny_model_dir)
+    stops = tuple(stop_token_ids(tiny_tokenizer))
+    prompts = _prompts(tiny_tokenizer)
+    out = backend.generate(prompts, SamplingParams(max_tokens=10, temperature=0.0, stop_token_ids=stops))
+    model = load_model(tiny_model_dir)
+    for prompt, gen in zip(prompts, out):
+        ref = model.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False, eos_token_id=list(stops),
+                             pad_token_id=tiny_tokenizer.pad_token_id)[0, len(prompt):].tolist()
+        assert gen.token_ids == ref
+        assert torch.allclose(_reference_logprobs(model, prompt, gen.token_ids), torch.tensor(gen.logprobs), atol=1e-5)
+    stats = backend.stats()
+    # the repeated prompt was prefilled once (each copy still runs its last token)
+    assert stats["prefill_tokens_saved"] == 2 * (len(prompts[0]) - 1)
+
+
+def test_sampling_is_seeded_and_logprobs_are_temperature_scaled(tiny_model_dir, tiny_tokenizer):
+    backend = TorchBackend.from_pretrained(tiny_model_dir)
+    prompts = _prompts(tiny_tokenizer)
+    params = SamplingParams(max_tokens=8, temperature=0.7, top_p=1.0, seed=11)
+    first, again = backend.generate(prompts, params), backend.generate(prompts, params)
+    other = backend.generate(prompts, params.with_seed(12))
+    assert [g.token_ids for g in first] == [g.token_ids for g in again]
+    assert [g.logprobs for g in first] == [g.logprobs for g in again]
+    assert [g.token_ids for g in first] != [g.token_ids for g in other]
+    assert len({tuple(g.token_ids) for i, g in enumerate(first) if prompts[i] == prompts[0]}) > 1  # rows differ
+    model = load_model(tiny_model_dir)
+    for prompt, gen in zip(prompts, first):
+        assert torch.allclose(_reference_logprobs(model, prompt, gen.token_ids, 0.7), torch.tensor(gen.logprobs),
+                              atol=1e-5)
+    # the shared prefill does not change what is sampled
+    plain = TorchBackend.from_pretrained(tiny_model_dir, share_prefixes=False).generate(prompts, params)
+    assert [g.token_ids for g in plain] == [g.token_ids for g in first]
+    # top_k = 1 is greedy
+    top1 = backend.generate(prompts, SamplingParams(max_tokens=8, temperature=0.9, top_k=1, seed=3))
+    greedy = backend.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0))
+    assert [g.token_ids for g in top1] == [g.token_ids for g in greedy]
+
+
+def test_stop_tokens_and_stop_strings_end_rows_early(tiny_model_dir, tiny_tokenizer):
+    backend = TorchBackend.from_pretrained(tiny_model_dir)
+    prompts = _prompts(tiny_tokenizer)
+    greedy = backend.generate(prompts, SamplingParams(max_tokens=6, temperature=0.0))
+    second = greedy[0].token_ids[1]
+    stopped = backend.generate(prompts, SamplingParams(max_tokens=6, temperature=0.0, stop_token_ids=(second,)))
+    assert stopped[0].token_ids == greedy[0].token_ids[:greedy[0].token_ids.index(second) + 1]
+    assert stopped[0].finish_reason == "stop" and greedy[1].finish_reason == "length"
+    text = tiny_tokenizer.decode(greedy[1].token_ids[:3])
+    by_string = backend.generate(prompts, SamplingParams(max_tokens=6, temperature=0.0, stop_strings=(text[-2:],)))
+    assert tiny_tokenizer.decode(by_string[1].token_ids).endswith(text[-2:]) and len(by_string[1].token_ids) <= 3
+
+
+def test_filter_logits_keeps_the_top_k_and_the_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, 2, 1.0)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, -1, 0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, -1, 0.1)).tolist() == [[False, True, True, True]]
+
+
+def test_load_weights_makes_logprobs_match_the_new_model(tiny_model_dir, tiny_tokenizer):
+    backend = TorchBackend.from_pretrained(tiny_model_dir)
+    prompts = _prompts(tiny_tokenizer)[:2]
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    before = backend.generate(prompts, params)
+    other = build_tiny_model(TINY, tiny_tokenizer, seed=99).eval()
+    backend.load_weights({f"module.{k}": v for k, v in other.state_dict().items()})  # a DDP-style prefix is fine
+    after = backend.generate(prompts, params)
+    assert [g.logprobs for g in before] != [g.logprobs for g in after]
+    for prompt, gen in zip(prompts, after):
+        assert torch.allclose(_reference_logprobs(other, prompt, gen.token_ids), torch.tensor(gen.logprobs), atol=1e-5)
+
+
+def test_shared_prefixes_cluster_common_beginnings_and_leave_one_token_each():
+    a, b, c = [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9], [7, 8, 9]
+    prefixes, source = shared_prefixes([a, c, b, a], min_shared=3)
+    assert source[0] == source[2] == source[3] != source[1]
+    assert prefixes[source[0]] == [1, 2, 3, 4] and prefixes[source[1]] == [7, 8]
+    prefixes, source = shared_prefixes([a, b], min_shared=5)  # 4 shared tokens: not worth it
+    assert len(prefixes) == 2 and prefixes[source[0]] == a[:-1] and prefixes[source[1]] == b[:-1]
