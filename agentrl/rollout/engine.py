@@ -36,6 +36,7 @@ from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
 from agentrl.rollout.parsing import parse_response
 from agentrl.rollout.prompts import History, build_prompt_text, render_chat
+from agentrl.rollout.prompts import task_text as prompt_task_text
 
 _SEED_MASK = (1 << 62) - 1
 
@@ -158,6 +159,8 @@ class RolloutEngine:
 
     def prompt_text(self, task_text: str, obs: str, history: History, admissible: list[str]) -> str:
         cfg = self.rollout_cfg
+        if not cfg.show_admissible:
+            admissible = []
         return build_prompt_text(self.env_name, task_text, obs, history, admissible,
                                  history_length=self.env_cfg.history_length, think=cfg.enable_thinking,
                                  style=cfg.prompt_style)
@@ -200,7 +203,7 @@ class RolloutEngine:
         n = len(envs)
         obs = [r.obs for r in resets]
         info = [r.info for r in resets]
-        task_text = [str(r.info.get("task", "")) for r in resets]
+        task_text = [prompt_task_text(self.env_name, r.obs, r.info) for r in resets]
         task_type = [str(r.info.get("task_type", "")) for r in resets]
         histories = [History() for _ in range(n)]
         won = [False] * n

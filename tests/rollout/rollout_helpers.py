@@ -10,7 +10,7 @@ TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1
 
 
 def rollout_config(**overrides) -> RolloutConfig:
-    base = dict(max_response_tokens=12, prompt_style="compact", max_prompt_tokens=1536, enable_thinking=True,
+    base = dict(max_response_tokens=12, prompt_style="compact", max_prompt_tokens=2000, enable_thinking=True,
                 invalid_action_penalty=0.1, temperature=1.0)
     return RolloutConfig(**{**base, **overrides})
 

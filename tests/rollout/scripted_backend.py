@@ -44,7 +44,8 @@ class ScriptedExpertBackend(GenerationBackend):
         self.calls = 0
 
     def _respond(self, prompt: str) -> str:
-        task = _TASK.search(prompt).group(1)
+        # the plan whose task line the prompt shows (TextCraft's task is its whole first observation)
+        task = next((t for t in self.plans if t in prompt), None) or _TASK.search(prompt).group(1)
         steps = _STEPS.search(prompt)
         step = int(steps.group(1)) if steps else 0
         if step in self.invalid_steps:
