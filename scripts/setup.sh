@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${AGENTRL_VENV:-.venv}
 TORCH_SPEC=${AGENTRL_TORCH:-torch==2.13.0}
-EXTRAS=${AGENTRL_EXTRAS:-dev,alfworld}
+EXTRAS=${AGENTRL_EXTRAS:-dev,alfworld,lora}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 DS_BUILD_OPS=0
 
 if [ ! -x "$VENV/bin/python" ]; then
