@@ -139,6 +139,38 @@ def _cpu_name() -> str:
 
 
 def run(args) -> int:
+    if not args.json:
+        return _run(args)
+    # libraries print warnings on stdout (DeepSpeed's accelerator notice): keep stdout for the JSON
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        report = _measure(args)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _run(args) -> int:
+    report = _measure(args)
+    meta, rows = report["meta"], report["results"]
+    print(f"rollout benchmark: {meta['model']}; {args.tasks} tasks x {args.group_size} envs x {args.max_steps} steps, "
+          f"{args.max_response_tokens} tokens/response; {meta['cpu']}, {meta['cores']} cores, "
+          f"{meta['torch_threads']} torch threads")
+    print(f"{'variant':<26}{'seconds':>9}{'env steps':>11}{'steps/s':>9}{'gen tok/s':>11}{'speed-up':>10}")
+    for name, row in rows.items():
+        print(f"{name:<26}{row['seconds']:>9.2f}{int(row['env_steps']):>11}{row['env_steps_per_s']:>9.1f}"
+              f"{row['generated_tokens_per_s']:>11.0f}{row['speedup_vs_naive']:>9.1f}x")
+    return 0
+
+
+def _measure(args) -> dict:
     import torch
 
     from agentrl.envs import TaskRef
@@ -158,7 +190,7 @@ def run(args) -> int:
         if "vllm" in wanted and vllm_available():
             from agentrl.rollout.backends.vllm_engine import VllmBackend
 
-            backend = VllmBackend(model_dir, max_model_len=2048 + args.max_response_tokens, seed=args.seed)
+            backend = VllmBackend(model_dir, max_model_len=2048, seed=args.seed)
             rows["vllm"] = _run_engine(backend, tokenizer, args, tasks)
             backend.close()
     base = rows["naive"]["env_steps"] / rows["naive"]["seconds"]
@@ -170,14 +202,4 @@ def run(args) -> int:
             "env": args.env, "split": args.split, "tasks": args.tasks, "group_size": args.group_size,
             "max_steps": args.max_steps, "max_response_tokens": args.max_response_tokens,
             "model": f"qwen2 hidden {args.hidden}, {args.layers} layers, {sum(p.numel() for p in model.parameters())} params"}
-    if args.json:
-        print(json.dumps({"meta": meta, "results": rows}, indent=2))
-        return 0
-    print(f"rollout benchmark: {meta['model']}; {args.tasks} tasks x {args.group_size} envs x {args.max_steps} steps, "
-          f"{args.max_response_tokens} tokens/response; {meta['cpu']}, {meta['cores']} cores, "
-          f"{meta['torch_threads']} torch threads")
-    print(f"{'variant':<18}{'seconds':>9}{'env steps':>11}{'steps/s':>9}{'gen tok/s':>11}{'speed-up':>10}")
-    for name, row in rows.items():
-        print(f"{name:<18}{row['seconds']:>9.2f}{int(row['env_steps']):>11}{row['env_steps_per_s']:>9.1f}"
-              f"{row['generated_tokens_per_s']:>11.0f}{row['speedup_vs_naive']:>9.1f}x")
-    return 0
+    return {"meta": meta, "results": rows}

@@ -2,13 +2,17 @@
 
 How one ``generate`` call runs:
 
-1. **Shared prompt beginnings are encoded once.** The G rollouts of a group have the same
-   step-0 prompt, and later prompts of a group still share the task and the oldest observation
-   of the history window. Prompts are clustered by common prefix (:func:`shared_prefixes`);
-   each cluster's prefix is prefilled once (one left-padded batch over clusters), its KV cache
-   rows are copied out to the members (``index_select``, no model call), and then every
-   prompt's own remainder is prefilled on top in one batch (the padding sits between prefix
-   and remainder; the attention mask hides it and position ids skip it).
+1. **Shared prompt beginnings are encoded once, without padding.** The G rollouts of a group
+   have the same step-0 prompt, and later prompts of a group still share the task and the
+   oldest observation of the history window. Prompts are clustered by common prefix
+   (:func:`shared_prefixes`). Each cluster's prefix is prefilled once, alone (no padding, so
+   attention runs the causal kernel without a mask), its KV cache is copied out to the members
+   (``index_select``), and the members' remainders are prefilled on top of it as one batch (the
+   padding sits between prefix and remainder; the mask hides it and position ids skip it). A
+   prompt sharing nothing is prefilled alone in one pass. The per-row caches are then
+   left-padded to one width and stacked for decoding. (Prefilling one left-padded batch of
+   prompts instead was slower on CPU: the padding is computed too, and a masked attention
+   falls back to the materialised-matrix kernel.)
 2. **Decoding** runs one forward pass per new token for all unfinished rows at once, with the
    cache, the 2-D attention mask (left padding) and explicit position ids.
 3. **Finished rows leave the batch**: a row that sampled a stop token (or completed a stop
@@ -168,6 +172,76 @@ class TorchBackend(GenerationBackend):
         text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
         return any(s in text for s in stop_strings)
 
+    def _prefill(self, prompts: list[list[int]]):
+        """KV cache, attention mask, next-token logits and next positions of a batch of prompts.
+
+        Cluster by cluster: the shared prefix runs alone without padding (the causal attention
+        kernel, no mask), the members' remainders run on top of it as one batch, and then all
+        rows' caches are left-padded to one width and stacked in prompt order.
+        """
+        n = len(prompts)
+        if self.share_prefixes and min(len(p) for p in prompts) > 1:
+            prefixes, source = shared_prefixes(prompts, self.min_shared_tokens)
+        else:
+            prefixes, source = [list(p) for p in prompts], list(range(n))
+        members: dict[int, list[int]] = {}
+        for row, c in enumerate(source):
+            members.setdefault(c, []).append(row)
+        blocks = []  # (rows, per-layer keys, per-layer values, mask, logits, next positions)
+        used = 0
+        for c, rows in members.items():
+            cache = DynamicCache()
+            if len(rows) == 1:
+                whole = prompts[rows[0]]  # a prompt of its own: one pass, no padding
+                ids = torch.as_tensor([whole], dtype=torch.long, device=self.device)
+                logits = self._forward(ids, None, None, cache)
+                mask = torch.ones((1, len(whole)), dtype=torch.long, device=self.device)
+                next_pos = torch.as_tensor([len(whole)], device=self.device)
+                used += len(whole)
+            else:
+                prefix = prefixes[c]
+                if prefix:
+                    self._forward(torch.as_tensor([prefix], dtype=torch.long, device=self.device), None, None, cache)
+                    cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
+                suffixes = [prompts[r][len(prefix):] for r in rows]
+                ids, suffix_mask = _left_padded(suffixes, self.device)
+                mask = torch.cat([suffix_mask.new_ones((len(rows), len(prefix))), suffix_mask], dim=1)
+                positions = (len(prefix) + suffix_mask.cumsum(-1) - 1).clamp(min=0)
+                logits = self._forward(ids, mask, positions, cache)
+                next_pos = positions[:, -1] + 1
+                used += len(prefix) + sum(len(x) for x in suffixes)
+            blocks.append((rows, [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
+                           mask, logits, next_pos))
+        self._counters["prefill_tokens"] += used
+        self._counters["prefill_tokens_saved"] += sum(len(p) for p in prompts) - used
+        if len(blocks) == 1 and blocks[0][0] == list(range(n)):
+            rows, keys, values, mask, logits, next_pos = blocks[0]
+            cache = DynamicCache()
+            for layer, (k, v) in enumerate(zip(keys, values)):
+                cache.update(k, v, layer)
+            return cache, mask, logits, next_pos
+        width = max(b[3].shape[1] for b in blocks)
+        num_layers = len(blocks[0][1])
+        k0 = blocks[0][1][0]
+        keys = [k0.new_zeros((n, k0.shape[1], width, k0.shape[3])) for _ in range(num_layers)]
+        values = [k0.new_zeros((n, k0.shape[1], width, blocks[0][2][0].shape[3])) for _ in range(num_layers)]
+        mask = torch.zeros((n, width), dtype=torch.long, device=self.device)
+        logits = blocks[0][4].new_empty((n, blocks[0][4].shape[1]))
+        next_pos = torch.zeros(n, dtype=torch.long, device=self.device)
+        for rows, block_keys, block_values, block_mask, block_logits, block_next in blocks:
+            index = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+            w = block_mask.shape[1]
+            for layer in range(num_layers):
+                keys[layer][index, :, width - w:] = block_keys[layer]
+                values[layer][index, :, width - w:] = block_values[layer]
+            mask[index, width - w:] = block_mask
+            logits[index] = block_logits
+            next_pos[index] = block_next
+        cache = DynamicCache()
+        for layer in range(num_layers):
+            cache.update(keys[layer], values[layer], layer)
+        return cache, mask, logits, next_pos
+
     @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
         if not prompt_ids:
@@ -179,32 +253,7 @@ class TorchBackend(GenerationBackend):
         start = time.perf_counter()
         n = len(prompt_ids)
         prompts = [list(map(int, p)) for p in prompt_ids]
-        if self.share_prefixes and min(len(p) for p in prompts) > 1:
-            prefixes, source = shared_prefixes(prompts, self.min_shared_tokens)
-        else:
-            prefixes, source = [[] for _ in prompts], list(range(n))
-        expand = torch.as_tensor(source, dtype=torch.long, device=self.device)
-        cache = DynamicCache()
-        # 1. shared prefixes, one row per cluster of prompts
-        if any(prefixes):
-            ids, mask = _left_padded(prefixes, self.device)
-            self._forward(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), cache)
-            cache.reorder_cache(expand)
-            prefix_mask = mask[expand]
-            prefix_len = torch.as_tensor([len(prefixes[c]) for c in source], device=self.device)
-        else:
-            prefix_mask = torch.zeros((n, 0), dtype=torch.long, device=self.device)
-            prefix_len = torch.zeros(n, dtype=torch.long, device=self.device)
-        # 2. every prompt's own remainder, on top of its prefix (padding sits between the two)
-        suffixes = [p[len(prefixes[c]):] for p, c in zip(prompts, source)]
-        ids, suffix_mask = _left_padded(suffixes, self.device)
-        positions = (prefix_len[:, None] + suffix_mask.cumsum(-1) - 1).clamp(min=0)
-        mask = torch.cat([prefix_mask, suffix_mask], dim=1)
-        logits = self._forward(ids, mask, positions, cache)
-        next_pos = positions[:, -1] + 1
-        used = sum(len(x) for x in prefixes) + sum(len(x) for x in suffixes)
-        self._counters["prefill_tokens"] += used
-        self._counters["prefill_tokens_saved"] += sum(len(p) for p in prompts) - used
+        cache, mask, logits, next_pos = self._prefill(prompts)
         # 3. decode, dropping finished rows
         generator = None
         if not sampling.greedy:
