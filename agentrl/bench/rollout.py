@@ -2,7 +2,8 @@
 
 A tiny Qwen2 model (random weights) with a byte-level BPE trained on TextCraft expert text plays
 ``tasks x group_size`` episodes of ``--max-steps`` steps, sampling at temperature 1, with the tiny
-recipes' prompt settings (compact prompts, history of 2, no thinking, 24 response tokens):
+recipes' prompt settings (compact prompts, history of 2, no thinking, 24 response tokens, no
+admissible-action list for TextCraft):
 
 * ``engine``: :class:`~agentrl.rollout.engine.RolloutEngine` with the batched torch backend (all
   active envs in one generate call, KV cache, shared prefill of common prompt beginnings);
@@ -48,7 +49,8 @@ def _build_model(args, out_dir: str):
     from agentrl.data.demonstrations import corpus_texts
     from agentrl.models import build_tiny_model, train_tokenizer
 
-    texts = corpus_texts(args.env, {}, "train", 200, history_length=2, think=False, style="compact")
+    texts = corpus_texts(args.env, {}, "train", 200, history_length=2, think=False, style="compact",
+                         show_admissible=_show_admissible(args))
     tokenizer = train_tokenizer(texts, vocab_size=2048, kind="bpe")
     heads = max(1, args.hidden // 32)
     tiny = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=heads,
@@ -59,10 +61,15 @@ def _build_model(args, out_dir: str):
     return model, tokenizer
 
 
+def _show_admissible(args) -> bool:
+    return args.env != "textcraft"  # as the recipes: TextCraft's commands are in its task text
+
+
 def _configs(args):
     from agentrl.config.schema import EnvConfig, RolloutConfig
 
     rollout = RolloutConfig(max_response_tokens=args.max_response_tokens, prompt_style="compact", enable_thinking=False,
+                            show_admissible=_show_admissible(args),
                             max_prompt_tokens=2048, prompt_truncation="left", temperature=1.0)
     env = EnvConfig(name=args.env, max_steps=args.max_steps, group_size=args.group_size,
                     tasks_per_iteration=args.tasks, history_length=2)
@@ -92,7 +99,7 @@ def _run_naive(model, tokenizer, args, tasks) -> dict[str, float]:
     from agentrl.envs import make_env
     from agentrl.models import stop_token_ids
     from agentrl.rollout.parsing import parse_response
-    from agentrl.rollout.prompts import History, build_prompt_text, render_chat
+    from agentrl.rollout.prompts import History, build_prompt_text, render_chat, task_text
 
     env = make_env(args.env, max_steps=args.max_steps)
     stops = stop_token_ids(tokenizer)
@@ -103,9 +110,11 @@ def _run_naive(model, tokenizer, args, tasks) -> dict[str, float]:
     for task in tasks:
         for _ in range(args.group_size):
             obs, info = env.reset(task)
+            task_line = task_text(args.env, obs, info)
             history = History()
             for _step in range(args.max_steps):
-                text = build_prompt_text(args.env, info["task"], obs, history, info["admissible_actions"],
+                admissible = info["admissible_actions"] if _show_admissible(args) else []
+                text = build_prompt_text(args.env, task_line, obs, history, admissible,
                                          history_length=2, think=False, style="compact")
                 ids = tokenizer(render_chat(tokenizer, text), add_special_tokens=False, return_tensors="pt")
                 t0 = time.perf_counter()

@@ -46,7 +46,7 @@ def _check_batch(result, tokenizer, num_tasks, group_size, max_steps):
     assert (batch.response_mask.sum(1) >= 1).all()
     first = int((batch.step == 0).nonzero()[0])
     prompt = tokenizer.decode(batch.prompt_ids[first, :batch.prompt_lengths[first]])
-    assert f"Observation: {batch.anchor_obs[first]}" in prompt
+    assert batch.anchor_obs[first] in prompt  # (TextCraft's first observation is shown as the task)
 
 
 def test_textcraft_workers_split_envs_and_load_broadcast_weights(ray_cluster, tiny_model_dir, tiny_tokenizer):
@@ -77,7 +77,7 @@ def test_textcraft_workers_split_envs_and_load_broadcast_weights(ray_cluster, ti
         assert 0.0 <= val.success_rate <= 1.0 and val.mean_length >= 1
 
 
-@pytest.mark.parametrize("env_name, split", [("webshop", "test"), ("alfworld", "test")])
+@pytest.mark.parametrize("env_name, split", [("webshop", "test"), ("alfworld", "valid_seen")])
 def test_other_envs_roll_out_through_ray(ray_cluster, tiny_model_dir, tiny_tokenizer, env_name, split):
     if env_name == "alfworld" and os.environ.get("AGENTRL_TEST_ALFWORLD") != "1":
         pytest.skip("ALFWorld's first use generates its game set (minutes on 2 cores); "
