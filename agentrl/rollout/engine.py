@@ -18,7 +18,13 @@ Reward of a record (the contract the estimators rely on):
 * minus ``rollout.invalid_action_penalty`` when the response did not parse (``action_valid``
   false). An invalid response still sends the parser's fallback text to the environment.
 
-``success`` is ``info["won"]`` at the last step, ``episode_return`` the sum of the rewards.
+``success`` is ``info["won"]`` at the last step, ``episode_return`` the sum of the rewards,
+``score`` the environment's own task score at the last step (``info["task_score"]``, WebShop's
+purchase score; None when the environment reports none).
+
+Transcripts are opt-in (``record_transcripts=True``, e.g. for ``agentrl eval``): each
+:class:`EpisodeResult` then carries the observations the policy saw, its raw responses and the
+parsed actions. Training rollouts leave it off and keep only the ids and numbers.
 A prompt longer than ``rollout.max_prompt_tokens`` raises :class:`PromptTooLongError` or keeps
 its last tokens (``rollout.prompt_truncation = "left"``).
 
@@ -58,6 +64,8 @@ class EpisodeResult:
     length: int
     invalid_actions: int
     env_error: str | None = None
+    score: float | None = None                      # info["task_score"] at the last step, if any
+    transcript: list[dict[str, Any]] | None = None  # only with record_transcripts=True
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -111,12 +119,15 @@ class RolloutEngine:
     ``env_client`` speaks the :class:`agentrl.envs.server.EnvClient` API (batched ``reset`` and
     ``step`` over instance ids); ``instance_ids`` are the ones this engine may use (default: all
     of the client's). ``rollout_cfg``/``env_cfg`` are :class:`~agentrl.config.schema.RolloutConfig`
-    and :class:`~agentrl.config.schema.EnvConfig`.
+    and :class:`~agentrl.config.schema.EnvConfig`. ``record_transcripts`` (default: the
+    ``record_transcripts`` attribute of ``rollout_cfg`` when it has one, else off) keeps every
+    episode's observations, responses and actions in :attr:`EpisodeResult.transcript`.
     """
 
     def __init__(self, backend: GenerationBackend, tokenizer, env_client, rollout_cfg, env_cfg, *,
                  env_name: str | None = None, instance_ids: Sequence[int] | None = None,
-                 stop_token_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = ()):
+                 stop_token_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
+                 record_transcripts: bool | None = None):
         from agentrl.models import stop_token_ids as default_stop_ids
 
         self.backend = backend
@@ -132,6 +143,9 @@ class RolloutEngine:
             tuple(default_stop_ids(tokenizer))
         self.stop_strings = tuple(stop_strings)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        if record_transcripts is None:
+            record_transcripts = bool(getattr(rollout_cfg, "record_transcripts", False))
+        self.record_transcripts = record_transcripts
 
     # ----- sampling --------------------------------------------------------------------------------
     def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
@@ -211,6 +225,7 @@ class RolloutEngine:
         invalid = [0] * n
         length = [0] * n
         errors: list[str | None] = [r.error for r in resets]
+        transcripts: list[list[dict[str, Any]]] | None = [[] for _ in range(n)] if self.record_transcripts else None
         active = [i for i in range(n) if resets[i].ok]
         records: list[dict[str, Any]] = []
         counters = {"env_steps": 0, "generated_tokens": 0, "prompt_tokens": 0, "truncated_prompts": 0,
@@ -227,6 +242,7 @@ class RolloutEngine:
             timing["generate_s"] += time.perf_counter() - t0
             responses = self.tokenizer.batch_decode([g.token_ids for g in generations], skip_special_tokens=True)
             parsed = [parse_response(r, self.env_name, require_think=cfg.enable_thinking) for r in responses]
+            response_of = dict(zip(active, responses)) if transcripts is not None else {}
             t0 = time.perf_counter()
             results = self.client.step([(ids[i], p.action) for i, p in zip(active, parsed)],
                                        timeout=env_cfg.step_timeout_s)
@@ -254,6 +270,9 @@ class RolloutEngine:
                 length[i] += 1
                 if not res.ok:
                     errors[i] = res.error
+                if transcripts is not None:
+                    transcripts[i].append({"observation": obs[i], "response": response_of[i],
+                                           "action": p.action, "valid": p.valid, "reward": reward})
                 histories[i].add(obs[i], p.action)
                 obs[i], info[i] = res.obs, res.info
                 if not done:
@@ -272,12 +291,22 @@ class RolloutEngine:
             k = slot_of[r["traj_id"]]
             r["success"], r["episode_return"] = won[k], returns[k]
         records.sort(key=lambda r: (r["traj_id"], r["step"]))
-        episodes = [EpisodeResult(g, t, task, task_type[i], won[i], returns[i], length[i], invalid[i], errors[i])
+        if transcripts is not None:
+            for i in range(n):
+                transcripts[i].append({"observation": obs[i]})  # what the episode ended on
+        episodes = [EpisodeResult(g, t, task, task_type[i], won[i], returns[i], length[i], invalid[i], errors[i],
+                                  score=_task_score(info[i]),
+                                  transcript=transcripts[i] if transcripts is not None else None)
                     for i, (task, g, t) in enumerate(envs)]
         stats = {**counters, **timing, "episodes": n, "rollout_s": time.perf_counter() - start}
         if not records:
             raise RuntimeError(f"no env step was recorded: every reset failed (first error: {errors[0]})")
         return RolloutResult(StepBatch.from_records(records, pad_id=self.pad_id), episodes, stats)
+
+
+def _task_score(info: dict[str, Any]) -> float | None:
+    value = info.get("task_score") if info else None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 __all__ = ["EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "make_sampling_params",
