@@ -240,6 +240,10 @@ class EvalConfig:
     num_tasks: int = F(0, "tasks evaluated; 0 = the whole split", min=0)
     temperature: float = F(0.4, "sampling temperature at validation (0 = greedy)", min=0)
     seeds: list = F(help="sampling seeds; one evaluation pass per seed", factory=lambda: [0])
+    chunk_size: int = F(64, "`agentrl eval`: tasks per rollout call; each finished chunk is appended to "
+                        "episodes.jsonl (what a killed evaluation can lose)", min=1)
+    record_transcripts: bool = F(True, "`agentrl eval`: keep every episode's observations, responses and "
+                                 "actions in episodes.jsonl")
 
 
 @dataclass
