@@ -21,7 +21,9 @@ import time
 from typing import Any
 
 from agentrl.config import Config, config_to_dict
+from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
+from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
 from agentrl.tracking import Tracker
 
@@ -62,6 +64,8 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     metrics[f"{prefix}step_records"] = float(len(batch))
     metrics[f"{prefix}response_tokens"] = float(batch.response_mask.sum())
     metrics[f"{prefix}mixed_outcome_groups"] = _mixed_groups(result.episodes)
+    for key in ("env_failures", "episodes_rerun", "episodes_masked"):
+        metrics[f"{prefix}{key}"] = float(result.stats.get(key, 0.0))
     return metrics
 
 
@@ -119,7 +123,10 @@ class Trainer:
         if state.iteration == 0 and cfg.trainer.eval_before_train and cfg.trainer.eval_every > 0:
             self.validate(0)
         for iteration in range(state.iteration + 1, cfg.trainer.iterations + 1):
-            metrics = self.iteration(iteration, schedule, estimator_state)
+            try:
+                metrics = self.iteration(iteration, schedule, estimator_state)
+            except EnvFailureLimitError as err:
+                self.stop_on_env_failures(iteration, state, estimator_state, err)
             self.tracker.log(metrics, iteration)
             self.tracker.status(f"iter {iteration}/{cfg.trainer.iterations} "
                                 f"success {metrics['rollout/success_rate']:.2f} "
@@ -167,6 +174,26 @@ class Trainer:
         metrics.update({f"learner/{k}": v for k, v in update.items()})
         metrics.update(times)
         return metrics
+
+    def stop_on_env_failures(self, iteration: int, state: TrainerState, estimator_state: BiGPOState,
+                             err: Exception) -> None:
+        """Save the last finished iteration (if not saved yet) and stop with one line naming the fix."""
+        done = iteration - 1
+        if done > 0 and (self.run.checkpoints / "latest").is_file() and \
+                self.run.checkpoints.joinpath("latest").read_text().strip() == self.run.checkpoint_dir(done).name:
+            where = self.run.checkpoint_dir(done)
+        elif done > 0:
+            where = self.run.save(dataclasses.replace(state, iteration=done,
+                                                      estimator_state=estimator_state.as_dict()), self.learner)
+        else:
+            where = None
+        saved = f"checkpoint {where} holds iteration {done}" if where else "no iteration had finished"
+        cause = getattr(err, "cause", None)  # a Ray task error wraps the worker's exception
+        text = str(cause if isinstance(cause, EnvFailureLimitError) else err).strip()
+        message = text.splitlines()[-1] if text else type(err).__name__
+        self.tracker.status(f"stopped in iteration {iteration}: {message}")
+        raise UsageError(f"training stopped in iteration {iteration}: {message}; {saved}; run the same command "
+                         "again to resume once the env servers are healthy") from None
 
     def validate(self, iteration: int) -> dict[str, float]:
         from agentrl.rollout.validation import eval_tasks, validate

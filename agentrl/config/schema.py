@@ -111,6 +111,12 @@ class RolloutConfig:
                               "has none: its recipe list is in the task)")
     prompt_style: str = F("full", "full = the reference framework's prompt wording; compact = same content, "
                           "fewer words (tiny models)", choices=("full", "compact"))
+    on_env_failure: str = F("rerun", "an episode ended by an environment failure (instance raised or hung, "
+                            "env server process died or did not answer): rerun = play it "
+                            "again from reset; mask = drop its steps, its group's statistics use the others",
+                            choices=("rerun", "mask"))
+    max_env_failures: int = F(16, "failed episodes one rollout call tolerates; one more stops the run with a "
+                              "checkpoint of the last finished iteration and a one-line error", min=0)
     vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)
 
 

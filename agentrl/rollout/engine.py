@@ -29,6 +29,12 @@ A prompt longer than ``rollout.max_prompt_tokens`` raises :class:`PromptTooLongE
 its last tokens (``rollout.prompt_truncation = "left"``).
 
 When more envs are asked for than the client's instances, whole groups run in waves.
+
+An episode that an environment failure ends (``EpisodeResult.env_error``: the instance raised or
+hung and was rebuilt, or its shard died or did not answer) is re-run from reset or masked out of
+the batch (``rollout.on_env_failure``); the counts are in ``stats`` (``env_failures``,
+``episodes_rerun``, ``episodes_masked``), and more than ``rollout.max_env_failures`` failed
+episodes in one call raise :class:`EnvFailureLimitError`.
 """
 
 from __future__ import annotations
@@ -49,6 +55,14 @@ _SEED_MASK = (1 << 62) - 1
 
 class PromptTooLongError(ValueError):
     """A step prompt is longer than ``rollout.max_prompt_tokens`` and truncation is ``error``."""
+
+
+class EnvFailureLimitError(RuntimeError):
+    """More episodes of one rollout failed in their environments than ``rollout.max_env_failures``."""
+
+
+RERUN_WAVE_STRIDE = 1000   # a re-run wave samples with seeds of its own
+RERUN_PAUSE_S = 0.5        # pause before the first re-run wave; doubled for each further one (max 5 s)
 
 
 @dataclass
@@ -197,12 +211,56 @@ class RolloutEngine:
             raise ValueError(f"group size {group_size} needs {group_size} env instances, this engine has "
                              f"{len(self.instance_ids)}")
         results = []
+        failures = {"env_failures": 0, "episodes_rerun": 0, "episodes_masked": 0}
         for wave, first in enumerate(range(0, len(tasks), groups_per_wave)):
             chunk = range(first, min(len(tasks), first + groups_per_wave))
             envs = [(tasks[g], group_ids[g], traj_id_start + g * group_size + k)
                     for g in chunk for k in range(group_size)]
-            results.append(self._run_wave(envs, sampling, seed, wave))
-        return RolloutResult.merge(results) if len(results) > 1 else results[0]
+            results.extend(self._run_recovering(envs, sampling, seed, wave, failures))
+        kept = [r for r in results if r.batch is not None]
+        if not kept:
+            raise RuntimeError(f"no env step was recorded: every episode failed (last error: "
+                               f"{results[-1].episodes[-1].env_error})")
+        result = RolloutResult.merge(kept) if len(kept) > 1 else kept[0]
+        result.episodes = sorted((e for r in results for e in r.episodes), key=lambda e: e.traj_id)
+        result.stats.update({k: float(v) for k, v in failures.items()}, episodes=float(len(result.episodes)))
+        return result
+
+    def _run_recovering(self, envs: list[tuple[TaskRef, int, int]], sampling: SamplingParams, seed: int,
+                        wave: int, failures: dict[str, int]) -> list[RolloutResult]:
+        """Run one wave; episodes that an environment failure ended (a raising or hung instance, a
+        dead or unreachable shard) are re-run from reset (``rollout.on_env_failure=rerun``, in waves
+        of their own, with a growing pause so a restarting shard can come back) or dropped from the
+        batch, so their groups' statistics use the survivors (``mask``). Raises
+        :class:`EnvFailureLimitError` once more than ``rollout.max_env_failures`` episodes failed in
+        this call. Returned parts hold no record of a failed episode (``batch`` None if empty)."""
+        mode = getattr(self.rollout_cfg, "on_env_failure", "rerun")
+        cap = int(getattr(self.rollout_cfg, "max_env_failures", 16))
+        parts, todo, attempt = [], envs, 0
+        while todo:
+            part = self._run_wave(todo, sampling, seed, wave + RERUN_WAVE_STRIDE * attempt)
+            failed = {e.traj_id: e for e in part.episodes if e.env_error is not None}
+            failures["env_failures"] += len(failed)
+            if failures["env_failures"] > cap:
+                first = next(iter(failed.values()))
+                raise EnvFailureLimitError(
+                    f"{failures['env_failures']} {self.env_name} episodes failed in one rollout, more than "
+                    f"rollout.max_env_failures={cap} (last: episode {first.traj_id}: {first.env_error}); check "
+                    "the env servers, or raise rollout.max_env_failures")
+            if failed and part.batch is not None:
+                keep = [t not in failed for t in part.batch.traj_id.tolist()]
+                part.batch = part.batch.select(keep) if any(keep) else None
+            if mode == "mask" or not failed:
+                failures["episodes_masked"] += len(failed)
+                parts.append(part)
+                break
+            part.episodes = [e for e in part.episodes if e.traj_id not in failed]
+            parts.append(part)
+            failures["episodes_rerun"] += len(failed)
+            todo = [env for env in todo if env[2] in failed]
+            attempt += 1
+            time.sleep(min(RERUN_PAUSE_S * 2 ** (attempt - 1), 5.0))
+        return parts
 
     def _run_wave(self, envs: list[tuple[TaskRef, int, int]], sampling: SamplingParams, seed: int,
                   wave: int) -> RolloutResult:
@@ -212,7 +270,7 @@ class RolloutEngine:
         ids = self.instance_ids[:len(envs)]
         t0 = time.perf_counter()
         resets = self.client.reset([(iid, task) for iid, (task, _, _) in zip(ids, envs)],
-                                   timeout=env_cfg.step_timeout_s)
+                                   timeout=env_cfg.step_timeout_s, on_shard_error="report")
         timing["env_s"] += time.perf_counter() - t0
         n = len(envs)
         obs = [r.obs for r in resets]
@@ -245,7 +303,7 @@ class RolloutEngine:
             response_of = dict(zip(active, responses)) if transcripts is not None else {}
             t0 = time.perf_counter()
             results = self.client.step([(ids[i], p.action) for i, p in zip(active, parsed)],
-                                       timeout=env_cfg.step_timeout_s)
+                                       timeout=env_cfg.step_timeout_s, on_shard_error="report")
             timing["env_s"] += time.perf_counter() - t0
             still_active = []
             for i, prompt, gen, p, res in zip(active, prompts, generations, parsed, results):
@@ -299,9 +357,8 @@ class RolloutEngine:
                                   transcript=transcripts[i] if transcripts is not None else None)
                     for i, (task, g, t) in enumerate(envs)]
         stats = {**counters, **timing, "episodes": n, "rollout_s": time.perf_counter() - start}
-        if not records:
-            raise RuntimeError(f"no env step was recorded: every reset failed (first error: {errors[0]})")
-        return RolloutResult(StepBatch.from_records(records, pad_id=self.pad_id), episodes, stats)
+        batch = StepBatch.from_records(records, pad_id=self.pad_id) if records else None
+        return RolloutResult(batch, episodes, stats)
 
 
 def _task_score(info: dict[str, Any]) -> float | None:
@@ -309,5 +366,5 @@ def _task_score(info: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-__all__ = ["EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "make_sampling_params",
+__all__ = ["EnvFailureLimitError", "EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "make_sampling_params",
            "step_seed"]

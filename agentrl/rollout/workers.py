@@ -89,7 +89,9 @@ class RolloutWorkerGroup:
 
     Env pools: ``env_url`` (an ``agentrl envs serve`` server) or ``env_actors`` (running pool
     actors) when given, else ``env_cfg.num_servers`` pool actors of ``num_envs`` instances in all
-    (default ``tasks_per_iteration x group_size``) are launched here and closed with the group.
+    (default ``tasks_per_iteration x group_size``) are launched here and closed with the group:
+    Ray restarts a shard whose process dies, and an env call hung for half of ``env.step_timeout_s``
+    is abandoned and its instance rebuilt (the engine then re-runs or masks the episode).
     Ray must be initialised. ``worker_num_cpus``/``env_num_cpus`` are the Ray CPU reservations of
     one worker and one env pool shard.
     """
@@ -118,7 +120,8 @@ class RolloutWorkerGroup:
         else:
             kwargs = {"max_steps": env_cfg.max_steps, **dict(env_cfg.kwargs), **dict(env_kwargs or {})}
             self._owned_actors = launch_ray_shards(env_cfg.name, self.num_envs, kwargs,
-                                                   num_shards=env_cfg.num_servers, num_cpus_per_shard=env_num_cpus)
+                                                   num_shards=env_cfg.num_servers, num_cpus_per_shard=env_num_cpus,
+                                                   call_timeout_s=env_cfg.step_timeout_s / 2)
             env_source = self._owned_actors
         tokenizer = load_tokenizer(model_dir)
         self.stop_token_ids = tuple(stop_token_ids(tokenizer))

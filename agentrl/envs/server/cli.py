@@ -26,6 +26,9 @@ def add_cli(subparsers) -> None:
                    help='keyword arguments of the environment factory, e.g. \'{"max_steps": 30}\'')
     p.add_argument("--max-body-bytes", type=int, default=16 << 20,
                    help="largest request body accepted (default 16 MiB)")
+    p.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
+                   help="abandon an environment reset/step that runs longer and rebuild the instance "
+                        "(default: no limit)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.set_defaults(_envs_run=run_serve)
 
@@ -43,11 +46,13 @@ def run_serve(args) -> int:
         raise UsageError(f"--size must be positive, got {args.size}")
     if not 1 <= args.shards <= args.size:
         raise UsageError(f"--shards must be between 1 and --size ({args.size}), got {args.shards}")
+    if args.call_timeout is not None and args.call_timeout <= 0:
+        raise UsageError(f"--call-timeout must be positive, got {args.call_timeout}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0..65535, got {args.port}")
     try:
         return serve(args.name, args.size, env_kwargs, host=args.host, port=args.port, shards=args.shards,
-                     max_body_bytes=args.max_body_bytes, verbose=args.verbose)
+                     max_body_bytes=args.max_body_bytes, verbose=args.verbose, call_timeout_s=args.call_timeout)
     except (ValueError, TypeError) as err:  # unknown env name, bad factory kwargs
         raise UsageError(str(err)) from None
     except OSError as err:  # port in use, address not available

@@ -10,7 +10,9 @@ timeout :class:`EnvTimeoutError` is raised and the state of the instances in tha
 unknown: reset them. A malformed request raises :class:`EnvRequestError` (the server's 4xx
 message); an unreachable or dead server :class:`EnvServerError`. Failures *inside* an
 environment are not exceptions: they come back in that instance's result (``ok`` false,
-``error``, ``info["env_error"]``).
+``error``, ``info["env_error"]``). ``reset``/``step`` with ``on_shard_error="report"`` turn a
+dead, unreachable or timed-out shard into such per-instance failures too (the rollout engine's
+mode: it re-runs or masks those episodes).
 """
 
 from __future__ import annotations
@@ -186,6 +188,13 @@ class HttpTransport:
             self._drop()
 
 
+def _shard_failure(instance_id: int, message: str) -> dict[str, Any]:
+    """The result of an instance whose shard failed: its state is unknown, its episode is over."""
+    return {"instance_id": instance_id, "ok": False, "error": message, "obs": "", "reward": 0.0,
+            "terminated": False, "truncated": True,
+            "info": {"env_error": message, "won": False, "admissible_actions": []}}
+
+
 # ----- the client ------------------------------------------------------------------------------
 class EnvClient:
     """Batched reset/step over one or more pool shards that together hold ids ``0 .. size-1``."""
@@ -268,9 +277,14 @@ class EnvClient:
         return bisect.bisect_right(self._starts, instance_id) - 1
 
     def _fan_out(self, op: str, ids: list[int], payload_for: Callable[[list[int]], dict[str, Any]],
-                 timeout: float | None) -> list[dict[str, Any]]:
+                 timeout: float | None, on_shard_error: str = "raise") -> list[dict[str, Any]]:
         """Send each shard its part of the batch (``payload_for(positions)``), concurrently; the
-        results come back in request order."""
+        results come back in request order. With ``on_shard_error="report"`` a shard that is dead,
+        unreachable or too slow gives a failed result (``ok`` false, ``error``) for each of its
+        instances instead of raising, so the other shards' results are kept; a malformed request
+        (:class:`EnvRequestError`) raises either way."""
+        if on_shard_error not in ("raise", "report"):
+            raise ValueError(f"on_shard_error must be 'raise' or 'report', got {on_shard_error!r}")
         timeout = self.timeout if timeout is None else float(timeout)
         parts: dict[int, list[int]] = {}
         for position, instance_id in enumerate(ids):
@@ -281,24 +295,35 @@ class EnvClient:
                    for positions, transport in tickets]
         results: list[dict[str, Any]] = [{}] * len(ids)
         for positions, transport, ticket in tickets:
-            status, body = transport.finish(ticket, max(0.001, deadline - time.monotonic()))
-            for position, result in zip(positions, self._checked(op, status, body)["results"]):
+            try:
+                status, body = transport.finish(ticket, max(0.001, deadline - time.monotonic()))
+                replies = self._checked(op, status, body)["results"]
+            except EnvRequestError:
+                raise
+            except EnvServerError as err:
+                if on_shard_error == "raise":
+                    raise
+                replies = [_shard_failure(ids[p], f"{op}: {err}") for p in positions]
+            for position, result in zip(positions, replies):
                 results[position] = result
         return results
 
     def reset(self, items: Sequence[tuple[int, TaskRef | dict[str, Any]]],
-              timeout: float | None = None) -> list[ResetResult]:
+              timeout: float | None = None, on_shard_error: str = "raise") -> list[ResetResult]:
         """Start the given task on each instance: ``[(instance_id, TaskRef), ...]``."""
         entries = [{"instance_id": i, "task": t.to_dict() if isinstance(t, TaskRef) else t} for i, t in items]
         results = self._fan_out("reset", [e["instance_id"] for e in entries],
-                                lambda positions: {"items": [entries[p] for p in positions]}, timeout)
+                                lambda positions: {"items": [entries[p] for p in positions]}, timeout,
+                                on_shard_error)
         return [ResetResult(r["instance_id"], r["obs"], r["info"], r.get("error")) for r in results]
 
-    def step(self, items: Sequence[tuple[int, str]], timeout: float | None = None) -> list[StepResult]:
+    def step(self, items: Sequence[tuple[int, str]], timeout: float | None = None,
+             on_shard_error: str = "raise") -> list[StepResult]:
         """Apply one action on each instance: ``[(instance_id, action_text), ...]``."""
         entries = [{"instance_id": i, "action": a} for i, a in items]
         results = self._fan_out("step", [e["instance_id"] for e in entries],
-                                lambda positions: {"items": [entries[p] for p in positions]}, timeout)
+                                lambda positions: {"items": [entries[p] for p in positions]}, timeout,
+                                on_shard_error)
         return [StepResult(r["instance_id"], r["obs"], r["reward"], r["terminated"], r["truncated"],
                            r["info"], r.get("error")) for r in results]
 

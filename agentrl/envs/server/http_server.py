@@ -16,7 +16,9 @@ unpickled or evaluated: bodies go through ``json.loads`` and the pool's checks.
 
 With ``shards > 1`` the instances are split over that many processes: this one serves the first
 shard on the given port, the others listen on free ports of the same host, and ``/info`` lists
-them all, so a client holding one URL uses every core.
+them all, so a client holding one URL uses every core. A shard process that dies is started again
+on its port (fresh instances: reset them), so clients reconnect to it without being told; with
+``call_timeout_s`` a hung reset/step is abandoned and its instance rebuilt (see ``EnvPool``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -133,8 +136,9 @@ def _shard_main(argv: list[str]) -> int:
     """Entry point of an extra shard process: serve on a free port, print it as one JSON line."""
     spec = json.loads(argv[0])
     try:
-        server = PoolHTTPServer((spec["host"], 0), EnvPool(spec["env"], spec["size"], spec["env_kwargs"],
-                                                          spec["first_id"]), spec["max_body_bytes"])
+        pool = EnvPool(spec["env"], spec["size"], spec["env_kwargs"], spec["first_id"],
+                       call_timeout_s=spec.get("call_timeout_s"))
+        server = PoolHTTPServer((spec["host"], spec.get("port", 0)), pool, spec["max_body_bytes"])
     except Exception as err:  # noqa: BLE001 - reported to the parent, which fails loudly
         print(json.dumps({"error": f"{type(err).__name__}: {err}"}), flush=True)
         return 1
@@ -157,33 +161,72 @@ class ShardedHTTPServer:
 
     def __init__(self, env_name: str, size: int, env_kwargs: dict | None = None, host: str = "127.0.0.1",
                  port: int = 0, shards: int = 1, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 verbose: bool = False, start_timeout: float = 300.0):
+                 verbose: bool = False, start_timeout: float = 300.0, call_timeout_s: float | None = None,
+                 restart_shards: bool = True):
         env_kwargs = dict(env_kwargs or {})
         sizes = shard_sizes(size, shards)
         firsts = [sum(sizes[:i]) for i in range(shards)]
         self.children: list[subprocess.Popen] = []
+        self.specs: list[dict[str, Any]] = []
+        self.restarts = 0   # shard processes started again after they died
+        self.start_timeout = start_timeout
+        self.restart_shards = restart_shards
         self._started = False
+        self._closing = threading.Event()
         try:
             for i in range(1, shards):
-                spec = {"env": env_name, "env_kwargs": env_kwargs, "host": host, "size": sizes[i],
-                        "first_id": firsts[i], "max_body_bytes": max_body_bytes}
-                self.children.append(subprocess.Popen(
-                    [sys.executable, "-m", "agentrl.envs.server.http_server", json.dumps(spec)],
-                    stdout=subprocess.PIPE, text=True))
-            self.server = PoolHTTPServer((host, port), EnvPool(env_name, sizes[0], env_kwargs, 0),
+                self.specs.append({"env": env_name, "env_kwargs": env_kwargs, "host": host, "size": sizes[i],
+                                   "first_id": firsts[i], "max_body_bytes": max_body_bytes,
+                                   "call_timeout_s": call_timeout_s})
+                self.children.append(self._spawn(self.specs[-1]))
+            self.server = PoolHTTPServer((host, port), EnvPool(env_name, sizes[0], env_kwargs, 0,
+                                                               call_timeout_s=call_timeout_s),
                                          max_body_bytes, verbose)
             for i, child in enumerate(self.children, start=1):
-                line = _first_line(child, start_timeout)
-                try:
-                    reply = json.loads(line)
-                except json.JSONDecodeError:
-                    reply = {"error": f"no answer (exit code {child.poll()}); see its stderr"}
-                if "port" not in reply:
-                    raise RuntimeError(f"shard {i} of {env_name!r} failed to start: {reply.get('error')}")
-                self.server.shards.append({"port": reply["port"], "first_id": firsts[i], "size": sizes[i]})
+                self.specs[i - 1]["port"] = self._await_port(child, i)
+                self.server.shards.append({"port": self.specs[i - 1]["port"], "first_id": firsts[i],
+                                           "size": sizes[i]})
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def _spawn(spec: dict[str, Any]) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "agentrl.envs.server.http_server", json.dumps(spec)],
+                                stdout=subprocess.PIPE, text=True)
+
+    def _await_port(self, child: subprocess.Popen, shard: int) -> int:
+        line = _first_line(child, self.start_timeout)
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            reply = {"error": f"no answer (exit code {child.poll()}); see its stderr"}
+        if "port" not in reply:
+            raise RuntimeError(f"shard {shard} of {self.specs[shard - 1]['env']!r} failed to start: "
+                               f"{reply.get('error')}")
+        return int(reply["port"])
+
+    def _supervise(self) -> None:
+        """Start a dead shard process again on its port (its instances come back fresh)."""
+        while not self._closing.wait(0.2):
+            for n, child in enumerate(self.children):
+                if child.poll() is None or self._closing.is_set():
+                    continue
+                if child.stdout is not None:
+                    child.stdout.close()
+                print(f"env shard {n + 1} (port {self.specs[n]['port']}) exited with code {child.returncode}; "
+                      "starting it again", file=sys.stderr, flush=True)
+                try:
+                    self.children[n] = self._spawn(self.specs[n])
+                    self._await_port(self.children[n], n + 1)
+                    self.restarts += 1
+                except (OSError, RuntimeError) as err:  # e.g. the port was taken meanwhile: retried
+                    print(f"restarting env shard {n + 1} failed: {err}", file=sys.stderr, flush=True)
+                    time.sleep(1.0)
+
+    def _start_supervisor(self) -> None:
+        if self.restart_shards and self.children:
+            threading.Thread(target=self._supervise, name="env-shard-supervisor", daemon=True).start()
 
     @property
     def port(self) -> int:
@@ -195,16 +238,19 @@ class ShardedHTTPServer:
 
     def serve_forever(self) -> None:
         self._started = True
+        self._start_supervisor()
         self.server.serve_forever()
 
     def start_background(self) -> threading.Thread:
         """Serve from a daemon thread (tests, benchmarks); :meth:`close` stops it."""
         self._started = True
+        self._start_supervisor()
         thread = threading.Thread(target=self.server.serve_forever, name="env-pool-http", daemon=True)
         thread.start()
         return thread
 
     def close(self) -> None:
+        self._closing.set()
         server = getattr(self, "server", None)
         if server is not None:
             if self._started:
@@ -225,9 +271,10 @@ class ShardedHTTPServer:
 
 def serve(env_name: str, size: int, env_kwargs: dict | None = None, host: str = "127.0.0.1",
           port: int = 8400, shards: int = 1, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-          verbose: bool = False) -> int:
+          verbose: bool = False, call_timeout_s: float | None = None) -> int:
     """Run the server until interrupted (SIGINT or SIGTERM); returns the exit code."""
-    sharded = ShardedHTTPServer(env_name, size, env_kwargs, host, port, shards, max_body_bytes, verbose)
+    sharded = ShardedHTTPServer(env_name, size, env_kwargs, host, port, shards, max_body_bytes, verbose,
+                                call_timeout_s=call_timeout_s)
 
     def stop(signum, frame):  # noqa: ARG001 - signal handler signature
         raise KeyboardInterrupt

@@ -19,12 +19,15 @@ address, non-string action, ...), in which case no instance is touched.
 
 Failures inside an environment never escape: the instance is rebuilt from its factory, its result
 has ``ok: false``, ``error`` and ``info["env_error"]`` set, and a ``step`` result is ``truncated``
-(the episode is over; reset the instance to go on). Stepping an instance with no running episode
+(the episode is over; reset the instance to go on). With ``call_timeout_s`` a reset or step that
+does not return in time is a failure of the same kind (:class:`InstanceTimeout`): the hung call is
+abandoned on its thread and the instance replaced. Stepping an instance with no running episode
 (never reset, or rebuilt after a failure) gives the same kind of per-instance error.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import traceback
 from typing import Any, Callable
@@ -37,6 +40,46 @@ OPS = ("reset", "step", "expert", "info")
 
 class BadRequest(ValueError):
     """A request that cannot be served as sent (answered with status 400)."""
+
+
+class InstanceTimeout(RuntimeError):
+    """An environment call ran longer than the pool's ``call_timeout_s``."""
+
+
+class _CallRunner:
+    """Runs environment calls on one daemon thread and waits for each at most ``timeout`` seconds.
+
+    A call that overruns is abandoned (Python cannot stop a thread): its thread is left to finish or
+    hang on its own, holding only the instance the pool replaces, and a fresh thread takes over."""
+
+    def __init__(self, timeout: float):
+        self.timeout = float(timeout)
+        self._start()
+
+    def _start(self) -> None:
+        self._jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._loop, args=(self._jobs,), name="env-call", daemon=True).start()
+
+    @staticmethod
+    def _loop(jobs: queue.Queue) -> None:
+        while True:
+            fn, args, reply = jobs.get()
+            try:
+                reply.put((True, fn(*args)))
+            except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
+                reply.put((False, err))
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        reply: queue.Queue = queue.Queue(maxsize=1)
+        self._jobs.put((fn, args, reply))
+        try:
+            ok, value = reply.get(timeout=self.timeout)
+        except queue.Empty:
+            self._start()
+            raise InstanceTimeout(f"no answer within {self.timeout:g} s (call_timeout_s)") from None
+        if not ok:
+            raise value
+        return value
 
 
 def jsonable(value: Any) -> Any:
@@ -63,7 +106,8 @@ class EnvPool:
     """``size`` instances of environment ``env_name``, stepped in batches."""
 
     def __init__(self, env_name: str, size: int, env_kwargs: dict[str, Any] | None = None,
-                 first_id: int = 0, factory: Callable[..., TextEnv] | None = None):
+                 first_id: int = 0, factory: Callable[..., TextEnv] | None = None,
+                 call_timeout_s: float | None = None):
         if size <= 0:
             raise ValueError(f"pool size must be positive, got {size}")
         self.env_name = env_name
@@ -77,6 +121,12 @@ class EnvPool:
         self.split_sizes = dict(self._envs[0].split_sizes())
         self._lock = threading.Lock()
         self.failures = 0
+        self.call_timeout_s = call_timeout_s
+        self._runner = _CallRunner(call_timeout_s) if call_timeout_s else None
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, abandoned with :class:`InstanceTimeout` after ``call_timeout_s``."""
+        return fn(*args) if self._runner is None else self._runner.call(fn, *args)
 
     # ----- the JSON API ------------------------------------------------------------------------
     def handle(self, op: str, payload: Any) -> tuple[int, dict[str, Any]]:
@@ -191,7 +241,7 @@ class EnvPool:
         instance_id = slot + self.first_id
         self._tasks[slot] = task
         try:
-            obs, info = self._env(slot).reset(task)
+            obs, info = self._call(self._env(slot).reset, task)
         except Exception as err:  # noqa: BLE001 - any env failure is reported, not raised
             message, info = self._failure(slot, "reset", err)
             return {"instance_id": instance_id, "ok": False, "error": message, "obs": "", "info": info}
@@ -207,7 +257,7 @@ class EnvPool:
             return {**failed, "error": message, "info": {"env_error": message, "won": False,
                                                          "admissible_actions": []}}
         try:
-            obs, reward, terminated, truncated, info = self._envs[slot].step(action)
+            obs, reward, terminated, truncated, info = self._call(self._envs[slot].step, action)
         except Exception as err:  # noqa: BLE001
             message, info = self._failure(slot, "step", err)
             return {**failed, "error": message, "info": info}

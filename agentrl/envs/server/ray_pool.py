@@ -18,8 +18,8 @@ class EnvPoolActor:
     """Ray actor body: one :class:`EnvPool` shard (instance ids ``first_id .. first_id+size-1``)."""
 
     def __init__(self, env_name: str, size: int, env_kwargs: dict[str, Any] | None, first_id: int,
-                 factory: Callable[[], Any] | None = None):
-        self.pool = EnvPool(env_name, size, env_kwargs, first_id, factory)
+                 factory: Callable[[], Any] | None = None, call_timeout_s: float | None = None):
+        self.pool = EnvPool(env_name, size, env_kwargs, first_id, factory, call_timeout_s)
 
     def handle(self, op: str, payload: Any) -> tuple[int, dict[str, Any]]:
         return self.pool.handle(op, payload)
@@ -31,7 +31,7 @@ class EnvPoolActor:
 def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | None = None,
                       num_shards: int = 1, num_cpus_per_shard: float = 1.0,
                       max_restarts: int = 3, factory: Callable[[], Any] | None = None,
-                      start_timeout: float = 300.0) -> list[Any]:
+                      start_timeout: float = 300.0, call_timeout_s: float | None = None) -> list[Any]:
     """Start ``num_shards`` pool actors (Ray must be initialised) and wait until they are built.
 
     ``factory`` (optional) builds one instance instead of ``make_env(env_name, **env_kwargs)``:
@@ -39,13 +39,15 @@ def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | Non
 
     A shard whose process dies is restarted by Ray (up to ``max_restarts`` times) with fresh
     instances: their next ``step`` reports "no running episode" until they are reset.
+    ``call_timeout_s``: see :class:`EnvPool` (a hung reset/step is abandoned, the instance rebuilt).
     """
     import ray
 
     actor_class = ray.remote(EnvPoolActor).options(num_cpus=num_cpus_per_shard, max_restarts=max_restarts,
                                                    max_task_retries=0)
     sizes = shard_sizes(size, num_shards)
-    actors = [actor_class.remote(env_name, n, env_kwargs, sum(sizes[:i]), factory) for i, n in enumerate(sizes)]
+    actors = [actor_class.remote(env_name, n, env_kwargs, sum(sizes[:i]), factory, call_timeout_s)
+              for i, n in enumerate(sizes)]
     try:
         ray.get([a.ready.remote() for a in actors], timeout=start_timeout)
     except ray.exceptions.GetTimeoutError:
