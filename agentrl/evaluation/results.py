@@ -1,0 +1,171 @@
+"""Per-run numbers from a results directory: what ``agentrl table`` and the plots are built from.
+
+A results directory is a sweep's output directory (its ``manifest.json`` lists the runs) or any
+directory holding run directories (a ``config.yaml`` each, searched three levels deep). One run
+gives one :class:`RunResult`, from the first of:
+
+1. an ``agentrl eval`` summary in ``<run>/eval/*/summary.json`` (complete, of the requested split,
+   else of the run's ``env.eval_split``), averaged over its evaluation seeds; the WebShop score
+   comes only from here;
+2. the validation records of ``<run>/metrics.jsonl``: the last one (``metric=final``) or the one
+   with the highest ``val/success_rate`` (``metric=peak``, how BiPACE reports).
+
+Values are percentages. Column names: ALFWorld's task families by their short names (Pick ...
+Pick2), WebShop ``Score`` and ``Success``, TextCraft's ``depthN`` task types, and ``All``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentrl.tracking import read_metrics
+
+METHOD_NAMES = {"grpo": "GRPO", "rloo": "RLOO", "gigpo": "GiGPO", "gagpo": "GAGPO", "bipace": "BiPACE"}
+METHOD_ORDER = ("GRPO", "RLOO", "GiGPO", "GAGPO", "BiPACE")
+ALFWORLD_COLUMNS = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All")
+WEBSHOP_COLUMNS = ("Score", "Success")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    env: str
+    model: str
+    method: str          # estimator name (+ the sweep variant)
+    estimator: str
+    seed: int
+    values: dict[str, float] = field(default_factory=dict)  # column -> percent
+    source: str = ""     # "eval <split>" or "val final|peak"
+
+
+def env_columns(env: str, present: set[str] | None = None) -> tuple[str, ...]:
+    if env == "alfworld":
+        return ALFWORLD_COLUMNS
+    if env == "webshop":
+        return WEBSHOP_COLUMNS
+    depths = sorted((c for c in (present or ()) if c.startswith("depth")), key=lambda c: int(c[5:] or 0))
+    return (*depths, "All")
+
+
+def _type_column(env: str, task_type: str) -> str:
+    if env == "alfworld":
+        from agentrl.envs.alfworld.tasks import TASK_TYPE_SHORT_NAMES
+
+        return TASK_TYPE_SHORT_NAMES.get(task_type, task_type)
+    return task_type
+
+
+def model_label(name_or_path: str) -> str:
+    return "tiny" if name_or_path == "tiny" else Path(str(name_or_path)).name
+
+
+def find_runs(results: Path) -> list[tuple[Path, str | None]]:
+    """``(run_dir, variant)`` of every run under ``results`` (the manifest's, when there is one)."""
+    manifest = results / "manifest.json"
+    if manifest.is_file():
+        cells = json.loads(manifest.read_text()).get("cells", {})
+        runs = []
+        for name, cell in cells.items():
+            run_dir = Path(cell["run_dir"])
+            if not run_dir.is_absolute() and not run_dir.exists():
+                run_dir = results / "runs" / name
+            if (run_dir / "config.yaml").is_file():
+                runs.append((run_dir, cell.get("variant")))
+        return runs
+    found = sorted({p.parent for depth in ("*", "*/*", "*/*/*") for p in results.glob(f"{depth}/config.yaml")})
+    if (results / "config.yaml").is_file():
+        found.insert(0, results)
+    return [(p, None) for p in found]
+
+
+def _from_eval(run_dir: Path, env: str, split: str | None) -> tuple[dict[str, float], str] | None:
+    summaries = []
+    for path in sorted(run_dir.glob("eval/*/summary.json")):
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            continue
+        if data.get("complete") and data.get("episodes") and (split is None or data.get("split") == split):
+            summaries.append(data)
+    if not summaries:
+        return None
+    data = summaries[0]
+    per_seed = list(data.get("per_seed", {}).values()) or [data]
+    n = len(per_seed)
+    values: dict[str, float] = {"All": 100 * sum(s["success_rate"] for s in per_seed) / n}
+    if env == "webshop":
+        values = {"Score": 100 * sum(s["mean_score"] for s in per_seed) / n, "Success": values["All"]}
+    else:
+        types = sorted({t for s in per_seed for t in s.get("by_type", {})})
+        for t in types:
+            rates = [s["by_type"][t]["success_rate"] for s in per_seed if t in s.get("by_type", {})]
+            values[_type_column(env, t)] = 100 * sum(rates) / len(rates)
+    return values, f"eval {data.get('split')}"
+
+
+def _from_metrics(run_dir: Path, env: str, metric: str) -> tuple[dict[str, float], str] | None:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    records = [r for r in read_metrics(path) if "val/success_rate" in r]
+    if not records:
+        return None
+    record = max(records, key=lambda r: r["val/success_rate"]) if metric == "peak" else records[-1]
+    success = 100 * record["val/success_rate"]
+    if env == "webshop":
+        return {"Success": success}, f"val {metric}"
+    values = {"All": success}
+    prefix = "val/success_rate/"
+    for key, value in record.items():
+        if key.startswith(prefix):
+            values[_type_column(env, key[len(prefix):])] = 100 * value
+    return values, f"val {metric}"
+
+
+def load_run(run_dir: Path, variant: str | None = None, *, metric: str = "final",
+             split: str | None = None) -> RunResult | None:
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    env = cfg.get("env", {}).get("name", "textcraft")
+    estimator = cfg.get("algorithm", {}).get("estimator", "grpo")
+    method = METHOD_NAMES.get(estimator, estimator) + (f" ({variant})" if variant else "")
+    result = RunResult(run_dir, env, model_label(cfg.get("model", {}).get("name_or_path", "tiny")), method,
+                       estimator, int(cfg.get("trainer", {}).get("seed", 0)))
+    found = _from_eval(run_dir, env, split or cfg.get("eval", {}).get("split") or cfg.get("env", {}).get("eval_split"))
+    if found is None and split is None:
+        found = _from_eval(run_dir, env, None)
+    found = found or _from_metrics(run_dir, env, metric)
+    if found is None:
+        return None
+    result.values, result.source = found
+    return result
+
+
+def collect(results: str | Path, *, metric: str = "final", split: str | None = None) -> list[RunResult]:
+    """Every run under ``results`` that has numbers yet (runs without any are left out)."""
+    if metric not in ("final", "peak"):
+        raise ValueError(f"metric must be final or peak, got {metric!r}")
+    out = []
+    for run_dir, variant in find_runs(Path(results)):
+        run = load_run(run_dir, variant, metric=metric, split=split)
+        if run is not None:
+            out.append(run)
+    return out
+
+
+def method_rank(method: str) -> tuple[int, str]:
+    base = method.split(" (")[0]
+    return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), method)
+
+
+def published_rows() -> list[dict[str, Any]]:
+    data = yaml.safe_load((Path(__file__).with_name("published.yaml")).read_text())
+    return [{**row, "source_text": data["sources"][row["source"]]} for row in data["rows"]]
+
+
+__all__ = ["RunResult", "collect", "env_columns", "find_runs", "load_run", "method_rank", "model_label",
+           "published_rows"]
