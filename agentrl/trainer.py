@@ -98,9 +98,11 @@ class Trainer:
         start_ray(self.cfg)
         self.learner = LearnerGroup(self.cfg, model_dir)
         device = "cuda" if self.learner_device() == "cuda" else "cpu"
+        gpus_per_worker = float(self.cfg.rollout.vllm.tensor_parallel_size) if device == "cuda" else 0.0
         self.rollout = RolloutWorkerGroup(model_dir, self.cfg.rollout, self.cfg.env, device=device,
+                                          env_url=self.cfg.env.server_url,
                                           dtype=self.cfg.model.dtype if device == "cuda" else "float32",
-                                          num_gpus_per_worker=1.0 if device == "cuda" else 0.0)
+                                          num_gpus_per_worker=gpus_per_worker)
 
     def learner_device(self) -> str:
         from agentrl.learner.engine import resolve_device

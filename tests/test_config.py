@@ -113,3 +113,10 @@ def test_configuration_reference_is_up_to_date():
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
     assert doc.read_text() == render(), "regenerate: python -m agentrl.config.reference > docs/configuration.md"
+
+
+def test_bare_yes_no_values_are_read_as_the_words_not_booleans():
+    assert load_config(None, ["trainer.sft.enabled=no"]).trainer.sft.enabled == "no"
+    assert load_config(None, ["trainer.sft.enabled=yes"]).trainer.sft.enabled == "yes"
+    with pytest.raises(UsageError, match="`rollout.backend`"):
+        load_config(None, ["rollout.backend=true"])

@@ -168,7 +168,9 @@ def _coerce(path: str, value: Any, typ: Any, meta: dict[str, Any]) -> Any:
             raise bad
         value = float(value)
     elif typ is str:
-        if isinstance(value, (dict, list)) or value is None:
+        if isinstance(value, bool) and {"yes", "no"} <= set(meta.get("choices", ())):
+            value = "yes" if value else "no"  # YAML reads a bare yes/no as a boolean
+        if isinstance(value, (dict, list, bool)) or value is None:
             raise bad
         value = str(value)
     elif typ is dict:

@@ -24,8 +24,7 @@ def require_hardware(cfg: Config, recipe: str | None) -> None:
     """Stop before anything is written when a GPU recipe meets a machine without GPUs."""
     import torch
 
-    wants_gpu = cfg.trainer.device == "cuda" or (
-        cfg.trainer.device == "auto" and cfg.model.name_or_path != "tiny" and not cfg.model.random_init)
+    wants_gpu = cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and cfg.model.name_or_path != "tiny")
     if wants_gpu and not torch.cuda.is_available():
         raise UsageError(f"{recipe or 'this config'} trains {cfg.model.name_or_path} and needs GPUs, but none is "
                          "visible; run a *_tiny recipe on CPU, or pass trainer.device=cpu to force the CPU")
