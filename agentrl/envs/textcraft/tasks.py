@@ -28,6 +28,11 @@ Splits (all built from layout seeds, so every split is reproducible and the pack
 ``train``     80% of the goals of each depth (a seeded shuffle picks them), 4 layouts each
               (seeds p, p+n, p+2n, p+3n for goal position p and n goals), in seeded random order.
 ``test``      the other 20% of the goals (held apart from ``train``), 3 layouts each.
+``train_depth2`` / ``test_depth2``  the depth-2 tasks of ``train`` / ``test``, in the same order:
+              a held-out pair of easy splits (short plans) for tiny models; no goal is in both.
+``layouts_depth2``  the goals of ``train_depth2`` again, in 2 new layouts each (seeds p + 4n and
+              p + 5n: other distractors and line order), in seeded random order: tasks that no
+              other split holds, for measuring a policy on the goals it was trained on.
 
 ``train`` and ``test`` leave out goals that cannot be crafted within ADaPT's 40-command budget
 (the expert needs more): with the package's recipes that is only ``netherite block`` (9 netherite
@@ -166,4 +171,10 @@ def build_splits(book: RecipeBook) -> dict[str, tuple[int, ...]]:
     random.Random(SPLIT_SEED + 1).shuffle(test)
     splits["train"] = tuple(train)
     splits["test"] = tuple(test)
+    for name in ("train", "test"):
+        splits[f"{name}_depth2"] = tuple(s for s in splits[name] if book.goals[s % n][1] == 2)
+    depth2_train_goals = [p for p in train_goals if book.goals[p][1] == 2]
+    layouts = [p + n * k for k in (TRAIN_LAYOUTS, TRAIN_LAYOUTS + 1) for p in depth2_train_goals]
+    random.Random(SPLIT_SEED + 2).shuffle(layouts)
+    splits["layouts_depth2"] = tuple(layouts)
     return splits
