@@ -20,6 +20,25 @@ def resolve(args, default_recipe: str | None = None) -> tuple[str | None, Config
     return recipe, load_config(recipe, overrides)
 
 
+def require_inputs(cfg: Config) -> None:
+    """Stop before anything is written when a path the config names is missing or unusable."""
+    from pathlib import Path
+
+    name = cfg.model.name_or_path
+    if name != "tiny" and name.startswith(("/", ".", "~")) and not Path(name).expanduser().is_dir():
+        raise UsageError(f"model.name_or_path={name!r}: no such directory; pass `tiny`, a local Hugging Face "
+                         "model directory, or a hub name such as Qwen/Qwen2.5-7B-Instruct")
+    init = cfg.trainer.init_checkpoint
+    if init and not (Path(init).expanduser() / "config.json").is_file():
+        raise UsageError(f"trainer.init_checkpoint={init!r} is not a model directory (no config.json); pass a "
+                         "directory written by `agentrl export` or `agentrl sft`, or leave it unset")
+    out = Path(cfg.trainer.output_dir).expanduser()
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UsageError(f"trainer.output_dir={cfg.trainer.output_dir!r} cannot be created: {existing} is a "
+                         "file; set trainer.output_dir to a writable directory")
+
+
 def require_hardware(cfg: Config, recipe: str | None) -> None:
     """Stop before anything is written when a GPU recipe meets a machine without GPUs."""
     import torch

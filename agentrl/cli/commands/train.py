@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from agentrl.cli.commands._common import DEFAULT_TRAIN_RECIPE, add_recipe_arguments, require_hardware, resolve
+from agentrl.cli.commands._common import (DEFAULT_TRAIN_RECIPE, add_recipe_arguments, require_hardware,
+                                          require_inputs, resolve)
 
 HELP = f"train a policy with RL (default recipe: {DEFAULT_TRAIN_RECIPE}, a tiny CPU recipe)"
 DESCRIPTION = (f"Train with the recipe's estimator. Without recipe=NAME this runs {DEFAULT_TRAIN_RECIPE} on CPU: "
@@ -19,6 +20,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     recipe, cfg = resolve(args, DEFAULT_TRAIN_RECIPE)
+    require_inputs(cfg)
     require_hardware(cfg, recipe)
     from agentrl.trainer import train
 
