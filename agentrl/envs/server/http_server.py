@@ -218,8 +218,8 @@ class ShardedHTTPServer:
                       "starting it again", file=sys.stderr, flush=True)
                 try:
                     self.children[n] = self._spawn(self.specs[n])
-                    self._await_port(self.children[n], n + 1)
                     self.restarts += 1
+                    self._await_port(self.children[n], n + 1)
                 except (OSError, RuntimeError) as err:  # e.g. the port was taken meanwhile: retried
                     print(f"restarting env shard {n + 1} failed: {err}", file=sys.stderr, flush=True)
                     time.sleep(1.0)

@@ -1,0 +1,24 @@
+"""Fixtures of the reliability tests: one small tokenizer, one torch thread per process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.data.demonstrations import corpus_texts
+from agentrl.models import train_tokenizer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """Byte-level BPE (any unicode round-trips) trained on a little TextCraft expert text."""
+    texts = corpus_texts("textcraft", {}, "train", 10, history_length=2, think=True, style="compact")
+    return train_tokenizer(texts, vocab_size=400, kind="bpe")

@@ -1,0 +1,185 @@
+"""Faults 1 and 2: an env server process killed mid-rollout (a Ray pool actor, a standalone HTTP
+shard) and an env step that hangs. The rollout completes; the episodes the fault ended are re-run
+from reset (or masked out); the counts are in the rollout's stats; past the cap it stops.
+
+Every test drives the real :class:`RolloutEngine` against real pool servers; only the generation
+backend is a labelled test backend (scripted text), so the steps are known in advance.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+import torch
+
+from agentrl.config.schema import EnvConfig, RolloutConfig
+from agentrl.envs import TaskRef
+from agentrl.envs.server import EnvClient
+from agentrl.envs.server.http_server import ShardedHTTPServer
+from agentrl.envs.server.ray_pool import launch_ray_shards
+from agentrl.envs.server.client import LocalTransport
+from agentrl.envs.server.pool import EnvPool
+from agentrl.estimators import compute_advantages
+from agentrl.rollout.engine import EnvFailureLimitError, RolloutEngine
+from reliability_kit import VALID, FaultEnv, ScriptedTextBackend, record_figures
+
+pytestmark = pytest.mark.slow
+
+
+def configs(name: str = "test-fault", **rollout) -> tuple[RolloutConfig, EnvConfig]:
+    rollout_cfg = RolloutConfig(max_response_tokens=16, prompt_style="compact", max_prompt_tokens=4000,
+                                invalid_action_penalty=0.1, **rollout)
+    env_cfg = EnvConfig(name="textcraft", max_steps=3, group_size=2, tasks_per_iteration=2, history_length=1,
+                        step_timeout_s=20.0)
+    return rollout_cfg, env_cfg
+
+
+def check_complete(result, tasks, group_size):
+    """Every episode present once, with a full trajectory and no env error left."""
+    episodes = result.episodes
+    assert sorted(e.traj_id for e in episodes) == list(range(len(tasks) * group_size))
+    assert all(e.env_error is None for e in episodes)
+    rows = result.batch.traj_id.tolist()
+    assert sorted(set(rows)) == list(range(len(tasks) * group_size))
+    for e in episodes:
+        assert rows.count(e.traj_id) == e.length
+
+
+def local_client(tmp_path, **faults) -> tuple[EnvClient, EnvPool]:
+    pool = EnvPool("test-fault", 4, {**faults, "once_dir": str(tmp_path)}, call_timeout_s=0.5)
+    return EnvClient([(0, 4, LocalTransport(pool))]), pool
+
+
+def test_hung_step_is_abandoned_the_instance_rebuilt_and_the_episode_rerun(tokenizer, tmp_path):
+    client, pool = local_client(tmp_path, hang_step=2, hang_s=3.0)
+    rollout_cfg, env_cfg = configs()
+    engine = RolloutEngine(ScriptedTextBackend(tokenizer, VALID), tokenizer, client, rollout_cfg, env_cfg,
+                           env_name="test-fault")
+    tasks = [TaskRef("tasks", 0), TaskRef("tasks", 1)]
+    start = time.perf_counter()
+    result = engine.run(tasks, 2, seed=1)
+    elapsed = time.perf_counter() - start
+    check_complete(result, tasks, 2)
+    assert result.stats["env_failures"] == 1 and result.stats["episodes_rerun"] == 1
+    assert all(e.won for e in result.episodes)
+    assert pool.failures == 1 and elapsed < 3.0  # the hung call was abandoned, not waited for
+    record_figures("env step hangs (pool call timeout 0.5 s, hang 3 s)", faults_injected=1,
+                   env_failures=result.stats["env_failures"], episodes_recovered=result.stats["episodes_rerun"],
+                   episodes_lost=0, rollout_s=round(elapsed, 2))
+    client.close()
+
+
+def test_mask_mode_drops_the_failed_episode_and_its_group_is_normalised_without_it(tokenizer, tmp_path):
+    client, pool = local_client(tmp_path, raise_step=2)
+    rollout_cfg, env_cfg = configs(on_env_failure="mask")
+    engine = RolloutEngine(ScriptedTextBackend(tokenizer, VALID), tokenizer, client, rollout_cfg, env_cfg,
+                           env_name="test-fault")
+    result = engine.run([TaskRef("tasks", 0), TaskRef("tasks", 1)], 2, seed=1)
+    failed = [e for e in result.episodes if e.env_error]
+    assert len(result.episodes) == 4 and len(failed) == 1 and "injected engine fault" in failed[0].env_error
+    assert result.stats["episodes_masked"] == 1 and result.stats["episodes_rerun"] == 0
+    assert failed[0].traj_id not in result.batch.traj_id.tolist()
+    advantages, diagnostics = compute_advantages("grpo", result.batch)
+    assert torch.isfinite(advantages).all()
+    # the group that lost an episode is a singleton now: its advantage is 0, not a stale mean
+    survivor = [e.traj_id for e in result.episodes if e.group_id == failed[0].group_id and not e.env_error]
+    rows = result.batch.traj_id == survivor[0]
+    assert torch.all(advantages[rows] == 0)
+    record_figures("env step raises (mask mode)", faults_injected=1, env_failures=result.stats["env_failures"],
+                   episodes_masked=result.stats["episodes_masked"], episodes_lost_unreported=0)
+    client.close()
+
+
+def test_killed_http_shard_is_restarted_and_its_episodes_rerun(tokenizer):
+    server = ShardedHTTPServer("textcraft", 4, shards=2)
+    server.start_background()
+    killed = []
+
+    def kill_shard_1(call: int) -> None:
+        if call == 1:  # before the second step: instances 2 and 3 are mid-episode
+            child = server.children[0]
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(10)
+            killed.append(child.pid)
+
+    try:
+        client = EnvClient.http(f"http://127.0.0.1:{server.port}", timeout=20)
+        rollout_cfg, env_cfg = configs()
+        engine = RolloutEngine(ScriptedTextBackend(tokenizer, VALID, hook=kill_shard_1), tokenizer, client,
+                               rollout_cfg, env_cfg)
+        tasks = [TaskRef("train", 0), TaskRef("train", 1)]
+        result = engine.run(tasks, 2, seed=3)
+        check_complete(result, tasks, 2)
+        assert killed and server.restarts == 1 and server.children[0].pid != killed[0]
+        assert result.stats["episodes_rerun"] == 2  # the two episodes of the killed shard
+        # the restarted shard serves again on its old port, through the same client
+        deadline = time.monotonic() + 60
+        while not client.reset([(2, TaskRef("train", 5))], timeout=20, on_shard_error="report")[0].ok:
+            assert time.monotonic() < deadline, "the killed shard did not come back"
+            time.sleep(0.2)
+        assert all(e.length == 3 for e in result.episodes)
+        record_figures("HTTP shard process SIGKILLed mid-rollout", faults_injected=1,
+                       env_failures=result.stats["env_failures"], episodes_recovered=result.stats["episodes_rerun"],
+                       episodes_lost=0, shard_restarts=server.restarts)
+        client.close()
+    finally:
+        server.close()
+
+
+def test_a_shard_that_stays_dead_stops_the_rollout_past_the_cap(tokenizer):
+    server = ShardedHTTPServer("textcraft", 4, shards=2, restart_shards=False)
+    server.start_background()
+    try:
+        client = EnvClient.http(f"http://127.0.0.1:{server.port}", timeout=20)
+        rollout_cfg, env_cfg = configs(max_env_failures=1)
+        server.children[0].kill()
+        server.children[0].wait(10)
+        engine = RolloutEngine(ScriptedTextBackend(tokenizer, VALID), tokenizer, client, rollout_cfg, env_cfg)
+        with pytest.raises(EnvFailureLimitError, match="more than rollout.max_env_failures=1") as err:
+            engine.run([TaskRef("train", 0), TaskRef("train", 1)], 2, seed=3)
+        assert "raise rollout.max_env_failures" in str(err.value)
+        record_figures("HTTP shard dead for good (cap 1)", faults_injected=1, env_failures=2, rollout_stopped=True)
+        client.close()
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[FaultEnv.__module__])
+    yield ray
+    ray.shutdown()
+
+
+def test_killed_ray_pool_actor_is_restarted_and_its_episodes_rerun(tokenizer, ray_cluster):
+    ray = ray_cluster
+    actors = launch_ray_shards("textcraft", 4, {"max_steps": 3}, num_shards=2, num_cpus_per_shard=0.5)
+    killed = []
+
+    def kill_actor_1(call: int) -> None:
+        if call == 1:
+            ray.kill(actors[1], no_restart=False)  # the process dies; Ray starts it again (max_restarts)
+            killed.append(call)
+
+    try:
+        client = EnvClient.ray_actors(actors, timeout=20)
+        rollout_cfg, env_cfg = configs()
+        engine = RolloutEngine(ScriptedTextBackend(tokenizer, VALID, hook=kill_actor_1), tokenizer, client,
+                               rollout_cfg, env_cfg)
+        tasks = [TaskRef("train", 0), TaskRef("train", 1)]
+        result = engine.run(tasks, 2, seed=3)
+        check_complete(result, tasks, 2)
+        assert killed and result.stats["episodes_rerun"] >= 2
+        record_figures("Ray env pool actor killed mid-rollout", faults_injected=1,
+                       env_failures=result.stats["env_failures"], episodes_recovered=result.stats["episodes_rerun"],
+                       episodes_lost=0)
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
