@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from agentrl.errors import UsageError
@@ -14,17 +15,36 @@ DESCRIPTION = ("Run every cell of a sweep file (recipes x variants x seeds, see 
                "exit status is 1 when any cell failed.")
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("args", nargs="*", metavar="sweep=FILE|out=DIR", help="sweep=FILE (required), out=DIR "
-                        "(overrides the file's output_dir)")
+def _add_flags(parser) -> None:
     parser.add_argument("--concurrency", type=int, default=None, help="cells at once (overrides the file)")
     parser.add_argument("--skip-failed", action="store_true", help="do not run again the cells that failed before")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their commands, run nothing")
 
 
+def add_arguments(parser) -> None:
+    # REMAINDER: key=value arguments and flags may come in any order (flags after them are parsed in run)
+    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="sweep=FILE|out=DIR",
+                        help="sweep=FILE (required), out=DIR (overrides the file's output_dir)")
+    _add_flags(parser)
+
+
+def _late_flags(args) -> list[str]:
+    """Flags given after the key=value arguments, applied to ``args``; the key=value items."""
+    flags = argparse.ArgumentParser(prog="agentrl sweep", add_help=False, exit_on_error=False)
+    _add_flags(flags)
+    try:
+        late, items = flags.parse_known_args(args.args)
+    except argparse.ArgumentError as err:
+        raise UsageError(str(err)) from None
+    for key, value in vars(late).items():
+        if value != flags.get_default(key):
+            setattr(args, key, value)
+    return items
+
+
 def run(args) -> int:
     options = {}
-    for item in args.args:
+    for item in _late_flags(args):
         key, sep, value = item.partition("=")
         if not sep or key not in ("sweep", "out"):
             raise UsageError(f"unexpected argument {item!r}: sweep takes sweep=FILE and out=DIR")

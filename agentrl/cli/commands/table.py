@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -18,19 +19,38 @@ DESCRIPTION = ("Collect every run under results=DIR (a sweep's output directory 
 OPTIONS = ("results", "out", "plots", "metric", "split", "curve")
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("args", nargs="*", metavar="results=DIR|out=FILE|plots=DIR|metric=final|peak|split=NAME",
-                        help="results=DIR (required); out=FILE (default: stdout); plots=DIR (default DIR/plots); "
-                             "metric=final|peak for runs without an eval summary (default final); split=NAME: "
-                             "which eval summary to use; curve=KEY: the metrics.jsonl key to plot")
+def _add_flags(parser) -> None:
     parser.add_argument("--format", choices=("md", "latex", "csv"), default="md", help="output format (default md)")
     parser.add_argument("--no-reference", action="store_true", help="leave out the published reference rows")
     parser.add_argument("--no-plots", action="store_true", help="write no learning-curve plots")
 
 
+def add_arguments(parser) -> None:
+    # REMAINDER: key=value arguments and flags may come in any order (flags after them are parsed in run)
+    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="results=DIR|out=FILE|plots=DIR|metric=...",
+                        help="results=DIR (required); out=FILE (default: stdout); plots=DIR (default DIR/plots); "
+                             "metric=final|peak for runs without an eval summary (default final); split=NAME: "
+                             "which eval summary to use; curve=KEY: the metrics.jsonl key to plot")
+    _add_flags(parser)
+
+
+def _late_flags(args) -> list[str]:
+    """Flags given after the key=value arguments, applied to ``args``; the key=value items."""
+    flags = argparse.ArgumentParser(prog="agentrl table", add_help=False, exit_on_error=False)
+    _add_flags(flags)
+    try:
+        late, items = flags.parse_known_args(args.args)
+    except argparse.ArgumentError as err:
+        raise UsageError(str(err)) from None
+    for key, value in vars(late).items():
+        if value != flags.get_default(key):
+            setattr(args, key, value)
+    return items
+
+
 def run(args) -> int:
     options = {}
-    for item in args.args:
+    for item in _late_flags(args):
         key, sep, value = item.partition("=")
         if not sep or key not in OPTIONS:
             raise UsageError(f"unexpected argument {item!r}: table takes {', '.join(k + '=' for k in OPTIONS)}")
