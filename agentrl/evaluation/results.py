@@ -8,7 +8,8 @@ gives one :class:`RunResult`, from the first of:
    else of the run's ``env.eval_split``), averaged over its evaluation seeds; the WebShop score
    comes only from here;
 2. the validation records of ``<run>/metrics.jsonl``: the last one (``metric=final``) or the one
-   with the highest ``val/success_rate`` (``metric=peak``, how BiPACE reports).
+   with the highest ``val/success_rate`` (``metric=peak``, how BiPACE reports). With
+   ``metric=peak`` these come first, since an evaluation summary is of the final policy only.
 
 Values are percentages. Column names: ALFWorld's task families by their short names (Pick ...
 Pick2), WebShop ``Score`` and ``Success``, TextCraft's ``depthN`` task types, and ``All``.
@@ -135,7 +136,9 @@ def load_run(run_dir: Path, variant: str | None = None, *, metric: str = "final"
     method = METHOD_NAMES.get(estimator, estimator) + (f" ({variant})" if variant else "")
     result = RunResult(run_dir, env, model_label(cfg.get("model", {}).get("name_or_path", "tiny")), method,
                        estimator, int(cfg.get("trainer", {}).get("seed", 0)))
-    found = _from_eval(run_dir, env, split or cfg.get("eval", {}).get("split") or cfg.get("env", {}).get("eval_split"))
+    found = _from_metrics(run_dir, env, metric) if metric == "peak" else None
+    if found is None:
+        found = _from_eval(run_dir, env, split or cfg.get("eval", {}).get("split") or cfg.get("env", {}).get("eval_split"))
     if found is None and split is None:
         found = _from_eval(run_dir, env, None)
     found = found or _from_metrics(run_dir, env, metric)

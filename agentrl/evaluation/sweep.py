@@ -12,8 +12,8 @@ A sweep file (YAML)::
     variants:                            # optional named override sets, crossed with recipes and seeds
       lr_low: [learner.lr=1e-5]
       lr_high: {learner.lr: 1e-4}
-    eval:                                # optional: `agentrl eval` of each finished run
-      split: test
+    eval:                                # optional: `agentrl eval` of each finished run (`eval: true`:
+      split: test                        #   the run's eval split and eval.seeds)
       seeds: [0]
       overrides: [eval.num_tasks=100]
 
@@ -75,7 +75,7 @@ class SweepSpec:
     env: dict[str, str] = field(default_factory=dict)
 
     def eval_args(self, run_dir: Path) -> list[str] | None:
-        if not self.eval:
+        if self.eval is None:
             return None
         args = ["eval", f"checkpoint={run_dir}"]
         if self.eval.get("split"):
@@ -145,7 +145,7 @@ def load_sweep(path: str | os.PathLike, output_dir: str | None = None) -> SweepS
         [(str(k), _override_list(v, f"variants.{k}")) for k, v in variants.items()] or [(None, [])])
     cells = []
     for recipe in recipes:
-        stem = Path(str(recipe)).stem
+        stem = Path(str(recipe)).stem if str(recipe).endswith((".yaml", ".yml")) else str(recipe)
         for variant, extra in variant_items:
             for seed in seeds:
                 name = f"{stem}-{variant}-seed{seed}" if variant else f"{stem}-seed{seed}"
@@ -159,6 +159,7 @@ def load_sweep(path: str | os.PathLike, output_dir: str | None = None) -> SweepS
     if concurrency < 1:
         raise UsageError(f"sweep file {path}: concurrency must be >= 1")
     ev = data.get("eval")
+    ev = {} if ev is True else (None if ev is False else ev)
     if ev is not None and not isinstance(ev, dict):
         raise UsageError(f"sweep file {path}: `eval` must be a mapping (split, seeds, overrides)")
     env = {str(k): str(v) for k, v in (data.get("env") or {}).items()}
