@@ -48,6 +48,7 @@ def shard_sizes(size: int, num_shards: int) -> list[int]:
 class PoolHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # the stdlib's 5 resets connections when many clients connect at once
 
     def __init__(self, address: tuple[str, int], pool: EnvPool,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, verbose: bool = False):
