@@ -79,6 +79,11 @@ def run(args) -> int:
     else:
         print(text, end="" if text.endswith("\n") else "\n")
     if not args.no_plots:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("[table] no plots: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+            return 0
         plots = Path(options.get("plots") or results / "plots").expanduser()
         for path in plot_learning_curves(runs, plots, options.get("curve")):
             print(f"[table] plot {path}", file=sys.stderr)
