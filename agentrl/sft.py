@@ -33,20 +33,6 @@ class SftExample:
     labels: list[int]
 
 
-@dataclass
-class PackedEpisode:
-    """The steps of one demonstration episode in one row: their shared prompt beginning once, then
-    each step's rest of prompt + response. Each step attends to the shared part and to itself only,
-    with the positions it would have alone, so the loss equals the per-step examples' loss while
-    the shared tokens (the task text: most of a TextCraft prompt) are computed once per episode."""
-
-    input_ids: list[int]
-    labels: list[int]
-    position_ids: list[int]
-    segments: list[int]   # 0 for the shared part, i + 1 for step i's tokens
-    prefix_len: int
-
-
 def training_tasks(env_name: str, env_kwargs: dict, split: str, count: int, seed: int) -> list[int]:
     """``count`` task indices of ``split`` in a seeded order (all of them, repeated, if the split is smaller)."""
     size = make_env(env_name, **dict(env_kwargs)).split_sizes()[split]
@@ -60,41 +46,6 @@ def encode_demonstration(tokenizer, demo: Demonstration, max_prompt_tokens: int)
     prompt_ids = prompt_ids[-max_prompt_tokens:]
     response_ids = tokenizer(demo.response + IM_END, add_special_tokens=False)["input_ids"]
     return SftExample(prompt_ids + response_ids, [IGNORE_INDEX] * len(prompt_ids) + response_ids)
-
-
-def _common_prefix(rows: list[list[int]]) -> int:
-    n = min(len(r) for r in rows)
-    for i in range(n):
-        token = rows[0][i]
-        if any(r[i] != token for r in rows):
-            return i
-    return n
-
-
-def pack_episode(examples: list[SftExample]) -> PackedEpisode:
-    """One row for the steps of an episode (see :class:`PackedEpisode`)."""
-    prompts = [[t for t, l in zip(e.input_ids, e.labels) if l == IGNORE_INDEX] for e in examples]
-    # keep at least one prompt token per step, so every step's first response token has a predictor
-    p = min(_common_prefix(prompts), min(len(x) for x in prompts) - 1)
-    ids, labels = list(examples[0].input_ids[:p]), [IGNORE_INDEX] * p
-    positions, segments = list(range(p)), [0] * p
-    for i, e in enumerate(examples):
-        rest = len(e.input_ids) - p
-        ids += e.input_ids[p:]
-        labels += e.labels[p:]
-        positions += range(p, p + rest)
-        segments += [i + 1] * rest
-    return PackedEpisode(ids, labels, positions, segments, p)
-
-
-def group_episodes(demos: list[Demonstration], examples: list[SftExample]) -> list[list[SftExample]]:
-    """Consecutive steps of one played episode (a new episode starts at step 0)."""
-    episodes: list[list[SftExample]] = []
-    for demo, example in zip(demos, examples):
-        if demo.step == 0 or not episodes:
-            episodes.append([])
-        episodes[-1].append(example)
-    return episodes
 
 
 def _batches(examples: list, batch_size: int, rng: random.Random) -> list[list]:
@@ -118,38 +69,19 @@ def _collate(batch: list[SftExample], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": labels}
 
 
-def _collate_packed(batch: list[PackedEpisode], pad_id: int) -> dict[str, torch.Tensor]:
-    """Packed episodes, right-padded, with a boolean (B, 1, T, T) mask: token j is visible from
-    token i when j <= i and j is in the shared part or in i's own step (padding sees itself)."""
-    width = max(len(e.input_ids) for e in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
-    positions = torch.zeros((len(batch), width), dtype=torch.long)
-    segments = torch.full((len(batch), width), -1, dtype=torch.long)
-    for i, e in enumerate(batch):
-        n = len(e.input_ids)
-        ids[i, :n] = torch.tensor(e.input_ids)
-        labels[i, :n] = torch.tensor(e.labels)
-        positions[i, :n] = torch.tensor(e.position_ids)
-        segments[i, :n] = torch.tensor(e.segments)
-    causal = torch.ones((width, width), dtype=torch.bool).tril()
-    seg_i, seg_j = segments[:, :, None], segments[:, None, :]
-    visible = (seg_j == 0) | (seg_i == seg_j)
-    mask = causal[None] & visible
-    mask |= torch.eye(width, dtype=torch.bool)[None]
-    return {"input_ids": ids, "labels": labels, "position_ids": positions, "attention_mask": mask[:, None]}
-
-
-def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def _loss_on(model, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over the labelled tokens, projecting only those positions
     onto the vocabulary (the prompt positions, most of the tokens, skip the LM head)."""
-    labels = batch["labels"]
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
-    hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state
     targets = labels[:, 1:]
     keep = targets != IGNORE_INDEX
     logits = model.get_output_embeddings()(hidden[:, :-1][keep])
     return torch.nn.functional.cross_entropy(logits.float(), targets[keep])
+
+
+def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The SFT loss of a batch of plain examples from :func:`_collate`."""
+    hidden = model.get_decoder()(input_ids=batch["input_ids"], use_cache=False).last_hidden_state
+    return _loss_on(model, hidden, batch["labels"])
 
 
 def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None] | None = None) -> dict:
@@ -171,10 +103,7 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     if not demos:
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {env.train_split!r}")
     examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]
-    packed = [pack_episode(e) for e in group_episodes(demos, examples)]
-    # batch_size counts steps (examples); a batch holds that many steps' worth of whole episodes
-    episodes_per_batch = max(1, round(sft.batch_size * len(packed) / len(examples)))
-    steps_per_epoch = math.ceil(len(packed) / episodes_per_batch)
+    steps_per_epoch = math.ceil(len(examples) / sft.batch_size)
     total_steps = max(1, int(steps_per_epoch * sft.epochs))
     optimizer = torch.optim.AdamW(model.parameters(), lr=sft.lr, weight_decay=0.0)
     warmup = max(1, total_steps // 20)
@@ -186,16 +115,15 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
         cosine decay then still reaches its end inside ``max_minutes``)."""
         return min(1.0, max(step / total_steps, (time.time() - start) / budget_s))
 
-    prompt_tokens = sum(len(e.input_ids) for e in examples)
-    packed_tokens = sum(len(e.input_ids) for e in packed)
+    tokens = sum(len(e.input_ids) for e in examples)
     while step < total_steps and time.time() - start < budget_s:
-        for batch in _batches(packed, episodes_per_batch, rng):
+        for batch in _batches(examples, sft.batch_size, rng):
             if step >= total_steps or time.time() - start >= budget_s:
                 break
             lr = sft.lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * progress()))
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            loss_t = sft_loss(model, _collate_packed(batch, tokenizer.pad_token_id))
+            loss_t = sft_loss(model, _collate(batch, tokenizer.pad_token_id))
             optimizer.zero_grad(set_to_none=True)
             loss_t.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -210,8 +138,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     tmp = out_dir.with_name(out_dir.name + ".partial")
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
-    summary = {"examples": len(examples), "episodes": len(packed), "tokens": prompt_tokens,
-               "packed_tokens": packed_tokens, "steps": step, "planned_steps": total_steps, "final_loss_ema": loss_ema,
+    summary = {"examples": len(examples), "episodes": sum(d.step == 0 for d in demos), "tokens": tokens,
+               "steps": step, "planned_steps": total_steps, "final_loss_ema": loss_ema,
                "minutes": (time.time() - start) / 60}
     (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2))
     if out_dir.exists():

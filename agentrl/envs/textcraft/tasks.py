@@ -30,9 +30,10 @@ Splits (all built from layout seeds, so every split is reproducible and the pack
 ``test``      the other 20% of the goals (held apart from ``train``), 3 layouts each.
 ``train_depth2`` / ``test_depth2``  the depth-2 tasks of ``train`` / ``test``, in the same order:
               a held-out pair of easy splits (short plans) for tiny models; no goal is in both.
-``layouts_depth2``  the goals of ``train_depth2`` again, in 2 new layouts each (seeds p + 4n and
-              p + 5n: other distractors and line order), in seeded random order: tasks that no
-              other split holds, for measuring a policy on the goals it was trained on.
+``pool_depth2`` / ``pool_depth2_test``  a small pool for tiny CPU runs: 64 of the ``train_depth2``
+              goals (a seeded pick), with their 4 ``train`` layouts / 2 new layouts each (seeds
+              p + 4n, p + 5n: other distractors and line order). The test layouts are in no other
+              split, so a policy is measured on the pool's goals in tasks it never trained on.
 
 ``train`` and ``test`` leave out goals that cannot be crafted within ADaPT's 40-command budget
 (the expert needs more): with the package's recipes that is only ``netherite block`` (9 netherite
@@ -57,6 +58,7 @@ TRAIN_LAYOUTS = 4
 TEST_LAYOUTS = 3
 SPLIT_SEED = 20240611
 MAX_TAG_COMBINATIONS = 16
+POOL_GOALS = 64
 COMMAND_BUDGET = 40  # ADaPT's step limit; train/test goals must be solvable within it
 
 
@@ -173,8 +175,12 @@ def build_splits(book: RecipeBook) -> dict[str, tuple[int, ...]]:
     splits["test"] = tuple(test)
     for name in ("train", "test"):
         splits[f"{name}_depth2"] = tuple(s for s in splits[name] if book.goals[s % n][1] == 2)
-    depth2_train_goals = [p for p in train_goals if book.goals[p][1] == 2]
-    layouts = [p + n * k for k in (TRAIN_LAYOUTS, TRAIN_LAYOUTS + 1) for p in depth2_train_goals]
-    random.Random(SPLIT_SEED + 2).shuffle(layouts)
-    splits["layouts_depth2"] = tuple(layouts)
+    pool = [p for p in train_goals if book.goals[p][1] == 2]
+    random.Random(SPLIT_SEED + 2).shuffle(pool)
+    pool = pool[:POOL_GOALS]
+    for name, layouts, salt in (("pool_depth2", range(TRAIN_LAYOUTS), 3),
+                                ("pool_depth2_test", (TRAIN_LAYOUTS, TRAIN_LAYOUTS + 1), 4)):
+        seeds = [p + n * k for k in layouts for p in pool]
+        random.Random(SPLIT_SEED + salt).shuffle(seeds)
+        splits[name] = tuple(seeds)
     return splits
