@@ -1,0 +1,63 @@
+"""The tiny recipes' pieces: TextCraft's small-pool and depth-2 splits, the SFT loss, the settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.config import load_config
+from agentrl.envs import make_env
+from agentrl.envs.textcraft.recipes import RecipeBook, default_data_dir
+from agentrl.envs.textcraft.tasks import POOL_GOALS, build_splits
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return make_env("textcraft").splits
+
+
+def test_new_splits_are_deterministic_and_leave_old_ones_alone(splits):
+    again = build_splits(RecipeBook(default_data_dir()))
+    assert again == splits
+    assert {k: len(v) for k, v in splits.items() if k in ("adapt", "depth2", "train", "test")} == {
+        "adapt": 200, "depth2": 291, "train": 1340, "test": 249}
+
+
+def test_depth2_pairs_are_disjoint(splits):
+    book = make_env("textcraft").book
+    n = len(book.goals)
+    goals = {name: {s % n for s in splits[name]} for name in ("train_depth2", "test_depth2", "pool_depth2",
+                                                                "pool_depth2_test")}
+    assert all(book.goals[s % n][1] == 2 for name in goals for s in splits[name])
+    assert not goals["train_depth2"] & goals["test_depth2"]
+    assert set(splits["train_depth2"]) == {s for s in splits["train"] if book.goals[s % n][1] == 2}
+    assert set(splits["test_depth2"]) == {s for s in splits["test"] if book.goals[s % n][1] == 2}
+    # the pool: its goals are training goals; its test layouts are tasks no other split holds
+    assert goals["pool_depth2"] == goals["pool_depth2_test"] and len(goals["pool_depth2"]) == POOL_GOALS
+    assert set(splits["pool_depth2"]) <= set(splits["train_depth2"])
+    others = set().union(*(set(v) for k, v in splits.items() if k != "pool_depth2_test"))
+    assert not set(splits["pool_depth2_test"]) & others
+    assert len(set(splits["pool_depth2_test"])) == 2 * POOL_GOALS
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "gagpo", "bipace"])
+def test_tiny_textcraft_recipes_validate_on_tasks_they_do_not_train_on(estimator):
+    cfg = load_config(f"textcraft_{estimator}_tiny", [])
+    assert cfg.env.train_split != cfg.env.eval_split
+    longest = 28  # the longest expert response in tokens (action + end-of-turn) seen on depth-2 goals
+    assert cfg.rollout.max_response_tokens >= longest
+
+
+def test_sft_loss_matches_the_full_model_loss():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from agentrl.sft import IGNORE_INDEX, SftExample, _collate, sft_loss
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=True))
+    examples = [SftExample(list(range(1, 9)), [IGNORE_INDEX] * 5 + [6, 7, 8]),
+                SftExample(list(range(10, 15)), [IGNORE_INDEX] * 3 + [13, 14])]
+    batch = _collate(examples, pad_id=0)
+    reference = model(**batch, attention_mask=(batch["input_ids"] != 0).long()).loss
+    assert torch.allclose(sft_loss(model, batch), reference, atol=1e-6)
