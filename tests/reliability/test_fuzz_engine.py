@@ -23,7 +23,9 @@ SHAPES = st.one_of(
     st.builds(lambda a: f"<think>{a}<action>look</think></action>", st.text(max_size=40)),
     st.just("<think>日本語 🙂 العربية</think><action>去厨房</action>"),
 )
-SEEN = {"rollouts": 0, "responses": 0, "invalid": 0}
+FIXED_CASES = ["", "x" * 10_000, "\x00\x07\x1b[2J", "<think>a</think><action>get 1 oak logs",
+               "<action><action>look</action></action>",
+               "<think>日本語 🙂 العربية</think><action>去厨房</action>", "</action>craft<action>"]
 
 
 def _engine(tokenizer, backend):
@@ -33,14 +35,13 @@ def _engine(tokenizer, backend):
     return RolloutEngine(backend, tokenizer, EnvClient.local("textcraft", 2), rollout_cfg, env_cfg)
 
 
-def _check(result):
+def _check(result) -> tuple[int, int]:
+    """Every invalid step carries exactly the penalty; returns (responses, invalid)."""
     batch = result.batch
     for valid, reward in zip(batch.action_valid.tolist(), batch.reward.tolist()):
         if not valid:
             assert reward == -PENALTY  # TextCraft is not won by a fallback action in 2 steps
-    SEEN["rollouts"] += 1
-    SEEN["responses"] += len(batch)
-    SEEN["invalid"] += int((~batch.action_valid.bool()).sum())
+    return len(batch), int((~batch.action_valid.bool()).sum())
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -55,7 +56,11 @@ def test_arbitrary_token_ids_drive_a_rollout_without_a_crash(tokenizer, ids):
     _check(_engine(tokenizer, ScriptedTextBackend(tokenizer, [], raw_ids=ids)).run([TaskRef("train", 1)], 2))
 
 
-def test_fuzz_figures():
-    assert SEEN["rollouts"] >= 40 and SEEN["invalid"] > 0
-    record_figures("fuzzed model output through the engine", rollouts=SEEN["rollouts"],
-                   responses=SEEN["responses"], invalid_with_penalty=SEEN["invalid"], crashes=0)
+def test_fuzz_figures(tokenizer):
+    responses = invalid = 0
+    for i, text in enumerate(FIXED_CASES):
+        n, bad = _check(_engine(tokenizer, ScriptedTextBackend(tokenizer, [text])).run([TaskRef("train", i)], 2))
+        responses, invalid = responses + n, invalid + bad
+    assert invalid == responses  # none of these shapes is a well-formed action
+    record_figures("fuzzed model output through the engine (fixed cases)", rollouts=len(FIXED_CASES),
+                   responses=responses, invalid_with_penalty=invalid, crashes=0)
