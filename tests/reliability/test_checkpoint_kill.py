@@ -22,7 +22,7 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {learner_tests!r})
     from tiny_setup import learner_config, step_batch
-        from agentrl.learner.engine import Learner
+    from agentrl.learner.engine import Learner
     from agentrl.run_state import RunDirectory, TrainerState
 
     cfg = learner_config()
