@@ -8,7 +8,7 @@ import torch
 from agentrl.config import load_config
 from agentrl.envs import make_env
 from agentrl.envs.textcraft.recipes import RecipeBook, default_data_dir
-from agentrl.envs.textcraft.tasks import POOL_GOALS, build_splits
+from agentrl.envs.textcraft.tasks import POOL_GOALS, POOL_TEST_LAYOUTS, POOL_TRAIN_LAYOUTS, build_splits
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +34,11 @@ def test_depth2_pairs_are_disjoint(splits):
     assert set(splits["test_depth2"]) == {s for s in splits["test"] if book.goals[s % n][1] == 2}
     # the pool: its goals are training goals; its test layouts are tasks no other split holds
     assert goals["pool_depth2"] == goals["pool_depth2_test"] and len(goals["pool_depth2"]) == POOL_GOALS
-    assert set(splits["pool_depth2"]) <= set(splits["train_depth2"])
+    assert {s for s in splits["train_depth2"] if s % n in goals["pool_depth2"]} <= set(splits["pool_depth2"])
+    assert len(set(splits["pool_depth2"])) == POOL_TRAIN_LAYOUTS * POOL_GOALS
     others = set().union(*(set(v) for k, v in splits.items() if k != "pool_depth2_test"))
     assert not set(splits["pool_depth2_test"]) & others
-    assert len(set(splits["pool_depth2_test"])) == 2 * POOL_GOALS
+    assert len(set(splits["pool_depth2_test"])) == POOL_TEST_LAYOUTS * POOL_GOALS
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "gigpo", "gagpo", "bipace"])

@@ -30,10 +30,11 @@ Splits (all built from layout seeds, so every split is reproducible and the pack
 ``test``      the other 20% of the goals (held apart from ``train``), 3 layouts each.
 ``train_depth2`` / ``test_depth2``  the depth-2 tasks of ``train`` / ``test``, in the same order:
               a held-out pair of easy splits (short plans) for tiny models; no goal is in both.
-``pool_depth2`` / ``pool_depth2_test``  a small pool for tiny CPU runs: 64 of the ``train_depth2``
-              goals (a seeded pick), with their 4 ``train`` layouts / 2 new layouts each (seeds
-              p + 4n, p + 5n: other distractors and line order). The test layouts are in no other
-              split, so a policy is measured on the pool's goals in tasks it never trained on.
+``pool_depth2`` / ``pool_depth2_test``  a small pool for tiny CPU runs: 32 of the ``train_depth2``
+              goals (a seeded pick) in 12 layouts each (their 4 ``train`` layouts and seeds
+              p + 4n .. p + 11n) / 4 further layouts each (p + 12n .. p + 15n: other distractors and
+              line order). The test layouts are in no other split, so a policy is measured on the
+              pool's goals in tasks it never trained on.
 
 ``train`` and ``test`` leave out goals that cannot be crafted within ADaPT's 40-command budget
 (the expert needs more): with the package's recipes that is only ``netherite block`` (9 netherite
@@ -58,7 +59,9 @@ TRAIN_LAYOUTS = 4
 TEST_LAYOUTS = 3
 SPLIT_SEED = 20240611
 MAX_TAG_COMBINATIONS = 16
-POOL_GOALS = 64
+POOL_GOALS = 32
+POOL_TRAIN_LAYOUTS = 12
+POOL_TEST_LAYOUTS = 4
 COMMAND_BUDGET = 40  # ADaPT's step limit; train/test goals must be solvable within it
 
 
@@ -178,8 +181,8 @@ def build_splits(book: RecipeBook) -> dict[str, tuple[int, ...]]:
     pool = [p for p in train_goals if book.goals[p][1] == 2]
     random.Random(SPLIT_SEED + 2).shuffle(pool)
     pool = pool[:POOL_GOALS]
-    for name, layouts, salt in (("pool_depth2", range(TRAIN_LAYOUTS), 3),
-                                ("pool_depth2_test", (TRAIN_LAYOUTS, TRAIN_LAYOUTS + 1), 4)):
+    for name, layouts, salt in (("pool_depth2", range(POOL_TRAIN_LAYOUTS), 3),
+                                ("pool_depth2_test", range(POOL_TRAIN_LAYOUTS, POOL_TRAIN_LAYOUTS + POOL_TEST_LAYOUTS), 4)):
         seeds = [p + n * k for k in layouts for p in pool]
         random.Random(SPLIT_SEED + salt).shuffle(seeds)
         splits[name] = tuple(seeds)
