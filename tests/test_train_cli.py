@@ -43,7 +43,8 @@ def train_args(out: Path, start_model: str, iterations: int = 2) -> list[str]:
 
 
 def run_cli(args: list[str], **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}  # no inherited rendezvous
+    env.update(RAY_USAGE_STATS_ENABLED="0", WANDB_SILENT="true", OMP_NUM_THREADS="1")
     return subprocess.Popen([sys.executable, "-m", "agentrl.cli.main", *args], env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 

@@ -48,7 +48,9 @@ def test_kill_inside_save_leaves_the_previous_checkpoint_usable(tmp_path):
     out = tmp_path / "runs"
     script = CHILD.format(learner_tests=str(Path(__file__).resolve().parent.parent / "learner"), out=str(out),
                           model=model)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # a learner created earlier in this test process left its rendezvous variables in os.environ
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL, as injected
     checkpoints = out / "run" / "checkpoints"

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 
 TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.intermediate_size=128",
         "tokenizer.vocab_size=600", "tokenizer.corpus_tasks=40"]
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+ENV = {**{k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")},
+       "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
 
 
 def free_port() -> int:
