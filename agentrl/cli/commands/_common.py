@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Callable
+
 from agentrl.config import Config, load_config, parse_overrides
 from agentrl.errors import UsageError
 
@@ -47,3 +50,18 @@ def require_hardware(cfg: Config, recipe: str | None) -> None:
     if wants_gpu and not torch.cuda.is_available():
         raise UsageError(f"{recipe or 'this config'} trains {cfg.model.name_or_path} and needs GPUs, but none is "
                          "visible; run a *_tiny recipe on CPU, or pass trainer.device=cpu to force the CPU")
+
+
+def split_late_flags(args, prog: str, add_flags: Callable[[argparse.ArgumentParser], None]) -> list[str]:
+    """Apply flags that came after ``key=value`` arguments (argparse.REMAINDER keeps them) to ``args``;
+    return the remaining ``key=value`` items."""
+    flags = argparse.ArgumentParser(prog=prog, add_help=False, exit_on_error=False)
+    add_flags(flags)
+    try:
+        late, items = flags.parse_known_args(args.args)
+    except argparse.ArgumentError as err:
+        raise UsageError(str(err)) from None
+    for key, value in vars(late).items():
+        if value != flags.get_default(key):
+            setattr(args, key, value)
+    return items

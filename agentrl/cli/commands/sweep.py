@@ -6,6 +6,7 @@ import argparse
 import json
 
 from agentrl.errors import UsageError
+from agentrl.cli.commands._common import split_late_flags
 
 HELP = "run a grid of recipes x variants x seeds as training runs, resumable, with a manifest"
 DESCRIPTION = ("Run every cell of a sweep file (recipes x variants x seeds, see docs/evaluation.md) as its own "
@@ -28,23 +29,9 @@ def add_arguments(parser) -> None:
     _add_flags(parser)
 
 
-def _late_flags(args) -> list[str]:
-    """Flags given after the key=value arguments, applied to ``args``; the key=value items."""
-    flags = argparse.ArgumentParser(prog="agentrl sweep", add_help=False, exit_on_error=False)
-    _add_flags(flags)
-    try:
-        late, items = flags.parse_known_args(args.args)
-    except argparse.ArgumentError as err:
-        raise UsageError(str(err)) from None
-    for key, value in vars(late).items():
-        if value != flags.get_default(key):
-            setattr(args, key, value)
-    return items
-
-
 def run(args) -> int:
     options = {}
-    for item in _late_flags(args):
+    for item in split_late_flags(args, "agentrl sweep", _add_flags):
         key, sep, value = item.partition("=")
         if not sep or key not in ("sweep", "out"):
             raise UsageError(f"unexpected argument {item!r}: sweep takes sweep=FILE and out=DIR")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from agentrl.errors import UsageError
+from agentrl.cli.commands._common import split_late_flags
 
 HELP = "the papers' tables (and learning-curve plots) from a sweep's results, with published reference rows"
 DESCRIPTION = ("Collect every run under results=DIR (a sweep's output directory or any directory of run "
@@ -34,23 +35,9 @@ def add_arguments(parser) -> None:
     _add_flags(parser)
 
 
-def _late_flags(args) -> list[str]:
-    """Flags given after the key=value arguments, applied to ``args``; the key=value items."""
-    flags = argparse.ArgumentParser(prog="agentrl table", add_help=False, exit_on_error=False)
-    _add_flags(flags)
-    try:
-        late, items = flags.parse_known_args(args.args)
-    except argparse.ArgumentError as err:
-        raise UsageError(str(err)) from None
-    for key, value in vars(late).items():
-        if value != flags.get_default(key):
-            setattr(args, key, value)
-    return items
-
-
 def run(args) -> int:
     options = {}
-    for item in _late_flags(args):
+    for item in split_late_flags(args, "agentrl table", _add_flags):
         key, sep, value = item.partition("=")
         if not sep or key not in OPTIONS:
             raise UsageError(f"unexpected argument {item!r}: table takes {', '.join(k + '=' for k in OPTIONS)}")
