@@ -59,14 +59,7 @@ DEFAULT_CALIBRATION_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.125, 0.15, 0.
 
 
 @dataclasses.dataclass(frozen=True)
-class BiPACEParams:
-    gamma: float = common.gamma_field()
-    step_advantage_w: float = common.step_weight_field()
-    mode: str = common.mode_field()
-    epsilon: float = common.epsilon_field()
-    episode_stats: str = common.episode_stats_field()
-    invalid_action_penalty: float = common.penalty_field()
-    penalty_mode: str = common.penalty_mode_field()
+class BiPACEParams(common.StepEstimatorParams):
     eps: float = dataclasses.field(default=0.10, metadata={"help": "cosine-distance radius of a BiGPO cluster"})
     eps_mode: str = dataclasses.field(default="fixed", metadata={
         "help": "fixed: use eps; calibrate: choose eps on the first batch, then keep it (needs state=BiGPOState())"})

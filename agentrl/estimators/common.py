@@ -57,6 +57,19 @@ def penalty_mode_field():
                 "episode score and step return (the reference code); in_reward: keep it as an ordinary reward"})
 
 
+@dataclasses.dataclass(frozen=True)
+class StepEstimatorParams:
+    """The parameters GiGPO and BiPACE share: an episode term plus a discounted step term."""
+
+    gamma: float = gamma_field()
+    step_advantage_w: float = step_weight_field()
+    mode: str = mode_field()
+    epsilon: float = epsilon_field()
+    episode_stats: str = episode_stats_field()
+    invalid_action_penalty: float = penalty_field()
+    penalty_mode: str = penalty_mode_field()
+
+
 # ----- segment statistics ----------------------------------------------------------------------------
 # On CPU every torch op costs ~5-20 us of dispatch; the statistics below are a few dozen ops over
 # 6,400 rows, so they run in numpy (``bincount`` sums in row order, like ``index_add_``) on

@@ -37,14 +37,7 @@ from agentrl.estimators.registry import (EPISODE_STATS, MODES, PENALTY_MODES, ch
 
 
 @dataclasses.dataclass(frozen=True)
-class GiGPOParams:
-    gamma: float = common.gamma_field()
-    step_advantage_w: float = common.step_weight_field()
-    mode: str = common.mode_field()
-    epsilon: float = common.epsilon_field()
-    episode_stats: str = common.episode_stats_field()
-    invalid_action_penalty: float = common.penalty_field()
-    penalty_mode: str = common.penalty_mode_field()
+class GiGPOParams(common.StepEstimatorParams):
     enable_similarity: bool = dataclasses.field(default=False, metadata={
         "help": "group anchor observations by difflib similarity instead of exact equality"})
     similarity_thresh: float = dataclasses.field(default=0.95, metadata={
