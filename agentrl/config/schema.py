@@ -99,7 +99,9 @@ class RolloutConfig:
     backend: str = F("auto", "generation backend: auto = vllm on GPU, torch on CPU",
                      choices=("auto", "torch", "vllm"))
     num_workers: int = F(1, "Ray rollout workers; the envs of an iteration are split among them", min=1)
-    temperature: float = F(1.0, "sampling temperature for training rollouts", min=0)
+    temperature: float = F(1.0, "sampling temperature for training rollouts; the learner computes every "
+                           "log-prob (old, reference, updated) and the entropy under softmax(logits / T) "
+                           "with the same T", min=0)
     top_p: float = F(1.0, "nucleus sampling", gt=0, max=1)
     top_k: int = F(-1, "top-k sampling; -1 disables", min=-1)
     max_prompt_tokens: int = F(2048, "prompt length limit", min=16)

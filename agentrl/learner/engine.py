@@ -138,6 +138,9 @@ class Learner:
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, model_parameters=trainable, optimizer=optimizer, lr_scheduler=schedule, config=ds_config,
             dist_init_required=False)
+        # the rollout samples from softmax(logits / T) and reports those log-probs: the learner scores
+        # the same distribution (verl divides the actor's and the reference's logits by T too)
+        self.logit_temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
         self.update_calls = 0
         self.optimizer_steps = 0
         self.init_seconds = time.perf_counter() - t0
@@ -170,14 +173,21 @@ class Learner:
                      position_ids=packed.position_ids, logits_to_keep=packed.logits_to_keep,
                      output_hidden_states=output_hidden_states, use_cache=False)
 
+    def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        """Float32 logits divided by the rollout's sampling temperature (``rollout.temperature``)."""
+        logits = logits.float()
+        return logits if self.logit_temperature == 1.0 else logits / self.logit_temperature
+
     def _response_logprobs(self, logits: torch.Tensor, packed: PackedSequences, response_ids: torch.Tensor
                            ) -> torch.Tensor:
-        """Log-probs [n, R] of the response tokens from the kept logits [n, K, V] (0 past each response)."""
+        """Log-probs [n, R] of the response tokens under ``softmax(logits / T)`` from the kept
+        logits [n, K, V] (0 past each response); ``T`` is the rollout's sampling temperature."""
+        logits = self._scaled(logits)
         packed = packed.to(logits.device)
         pos, valid = response_positions(packed)
-        logsumexp = torch.logsumexp(logits.float(), dim=-1).gather(1, pos)
+        logsumexp = torch.logsumexp(logits, dim=-1).gather(1, pos)
         rows = torch.arange(logits.shape[0], device=logits.device).unsqueeze(1)
-        token_logits = logits[rows, pos, response_ids.to(logits.device)].float()
+        token_logits = logits[rows, pos, response_ids.to(logits.device)]
         return torch.where(valid, token_logits - logsumexp, torch.zeros_like(logsumexp))
 
     def _dummy_packed(self) -> PackedSequences:
@@ -320,7 +330,7 @@ class Learner:
         logits = self._forward(self.engine, packed).logits
         logprobs = self._response_logprobs(logits, packed, micro.response_ids)
         with nullcontext() if settings.entropy_coef > 0 else torch.no_grad():
-            entropy = gather_response(entropy_from_logits(logits), packed.to(logits.device))
+            entropy = gather_response(entropy_from_logits(self._scaled(logits)), packed.to(logits.device))
         device = logprobs.device
         out = policy_loss(logprobs, micro.old_logprobs.to(device), micro.advantages.to(device),
                           micro.response_mask.to(device), settings,

@@ -40,8 +40,9 @@ def zero3(model_dir):
     return make_learner(model_dir, zero_stage=3)
 
 
-def reference_pass(hf_model, batch):
-    """Per-row unpadded Hugging Face forward: response log-probs and the last-prompt-token state."""
+def reference_pass(hf_model, batch, temperature=1.0):
+    """Per-row unpadded Hugging Face forward: response log-probs (under softmax(logits / T)) and the
+    last-prompt-token state."""
     logprobs = torch.zeros(batch.response_ids.shape)
     hidden = []
     with torch.no_grad():
@@ -49,7 +50,7 @@ def reference_pass(hf_model, batch):
             p = int(batch.prompt_lengths[i])
             ids = torch.cat([batch.prompt_ids[i, :p], batch.response_ids[i]]).unsqueeze(0)
             out = hf_model(input_ids=ids, output_hidden_states=True)
-            logp = torch.log_softmax(out.logits[0].float(), dim=-1)
+            logp = torch.log_softmax(out.logits[0].float() / temperature, dim=-1)
             for j in range(batch.response_ids.shape[1]):
                 logprobs[i, j] = logp[p - 1 + j, batch.response_ids[i, j]]
             hidden.append(out.hidden_states[HIDDEN_LAYER][0, p - 1])
@@ -99,6 +100,27 @@ def test_compute_logprobs_matches_hugging_face(stage, zero2, zero3, hf_model):
     assert torch.allclose(filled.hidden, expected_hidden, atol=1e-5)
     # the reference model starts from the same weights
     assert torch.allclose(filled.ref_logprobs[trained], expected_logprobs[trained], atol=1e-5)
+
+
+def test_logprobs_and_entropy_follow_the_rollout_temperature(model_dir, hf_model):
+    """Rollouts at temperature T report log softmax(logits / T); the learner must score the same
+    distribution, for the old, the reference and the updated log-probs alike."""
+    cfg = learner_config(zero_stage=2, lr=1e-9)
+    cfg.rollout.temperature = 0.5
+    learner = Learner(cfg, model_dir)
+    batch = step_batch(5, seed=1)
+    filled = learner.compute_logprobs(batch)
+    trained = batch.response_mask > 0
+    at_half, _ = reference_pass(hf_model, batch, temperature=0.5)
+    at_one, _ = reference_pass(hf_model, batch)
+    assert torch.allclose(filled.old_logprobs[trained], at_half[trained], atol=1e-5)
+    assert torch.allclose(filled.ref_logprobs[trained], at_half[trained], atol=1e-5)
+    assert not torch.allclose(at_half[trained], at_one[trained], atol=1e-3)
+    # the first update starts on-policy: ratio 1 and no KL, which only holds when the update's
+    # log-probs use the same temperature as the log-prob pass
+    metrics = learner.update(filled)
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_hidden_only_for_bipace_and_layer_checked(zero2):
