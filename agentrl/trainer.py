@@ -69,6 +69,18 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     return metrics
 
 
+def rows_to_train(batch, skip_zero_advantage: bool):
+    """The step records the update trains on, and their share of the batch.
+
+    With ``skip_zero_advantage`` rows whose advantage is exactly 0 are dropped (their policy-gradient
+    term is zero; DAPO filters such groups the same way, without re-sampling to refill the batch).
+    """
+    if not skip_zero_advantage or len(batch) == 0:
+        return batch, 1.0
+    keep = batch.advantages != 0
+    return batch.select(keep), float(keep.float().mean())
+
+
 def _mixed_groups(episodes) -> float:
     by_group: dict[int, set[bool]] = {}
     for e in episodes:
@@ -161,9 +173,11 @@ class Trainer:
                                                      **estimator_params(cfg))
         batch = batch.with_columns(advantages=advantages)
         times["time/estimate_s"] = time.perf_counter() - t
+        batch, kept = rows_to_train(batch, cfg.learner.skip_zero_advantage)
 
         t = time.perf_counter()
-        update = self.learner.update(batch, estimator)
+        # a batch without a trained row (every advantage 0 and skipped) makes no optimizer step
+        update = self.learner.update(batch, estimator) if len(batch) else {"optimizer_steps": 0.0}
         times["time/update_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -174,6 +188,7 @@ class Trainer:
         metrics = episode_metrics(result)
         metrics.update({f"estimator/{k}": v for k, v in diagnostics.items()})
         metrics.update({f"learner/{k}": v for k, v in update.items()})
+        metrics["learner/trained_row_fraction"] = kept
         metrics.update(times)
         return metrics
 

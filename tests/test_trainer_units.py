@@ -8,7 +8,7 @@ from agentrl.config import load_config
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS
 from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
-from agentrl.trainer import estimator_params
+from agentrl.trainer import estimator_params, rows_to_train
 
 # estimator parameters deliberately left at their defaults (not exposed in the config)
 NOT_IN_CONFIG = {"calibration_grid"}
@@ -51,3 +51,18 @@ def test_trainer_state_round_trip_and_resume_errors(tmp_path):
     run = RunDirectory.create(cfg, "x")
     with pytest.raises(UsageError, match="no trainer_state.json"):
         run.load_latest()
+
+
+def test_rows_to_train_drops_only_zero_advantage_rows_when_asked():
+    import torch
+
+    from agentrl.data import StepBatch
+
+    records = [dict(group_id=i // 2, traj_id=i, step=0, done=True, success=bool(i % 2), reward=float(i % 2),
+                    prompt_ids=[5, 6], response_ids=[7], response_mask=[1.0], anchor_obs=f"o{i}") for i in range(4)]
+    batch = StepBatch.from_records(records, pad_id=0).with_columns(advantages=torch.tensor([0.0, 1.5, -0.0, -2.0]))
+    same, share = rows_to_train(batch, False)
+    assert same is batch and share == 1.0
+    kept, share = rows_to_train(batch, True)
+    assert kept.traj_id.tolist() == [1, 3] and kept.advantages.tolist() == [1.5, -2.0] and share == 0.5
+    assert len(rows_to_train(batch.select(torch.zeros(4, dtype=torch.bool)), True)[0]) == 0

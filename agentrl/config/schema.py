@@ -201,6 +201,10 @@ class LearnerConfig:
     kl_coef: float = F(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)
     kl_type: str = F("low_var_kl", "KL estimator", choices=("k1", "k2", "low_var_kl"))
     entropy_coef: float = F(0.001, "entropy bonus coefficient", min=0)
+    skip_zero_advantage: bool = F(False, "leave step records whose advantage is exactly 0 out of the update "
+                                  "(e.g. GRPO groups whose episodes all won or all failed): with kl_coef = "
+                                  "entropy_coef = 0 their gradient is zero, so this saves their forward/backward; "
+                                  "otherwise their KL and entropy terms are dropped with them")
 
 
 # ------------------------------------------------------------------------------------ sft / trainer
