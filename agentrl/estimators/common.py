@@ -87,23 +87,44 @@ def string_codes(values: Sequence[str]) -> torch.Tensor:
     return torch.from_numpy((np.cumsum(is_first) - 1)[first_row])
 
 
+def segments(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Integer keys mapped to ids ``0..S-1`` in key order (as ``StepBatch.group_segments``).
+
+    Collectors store rows grouped, so the keys are usually already sorted: then the ids are a
+    cumulative count of key changes (one pass) instead of a sort.
+    """
+    k = keys.numpy()
+    if k.size and bool((k[1:] >= k[:-1]).all()):
+        ids = np.zeros(k.size, dtype=np.int64)
+        np.cumsum(k[1:] != k[:-1], out=ids[1:])
+        return torch.from_numpy(ids), int(ids[-1]) + 1
+    uniq, inverse = np.unique(k, return_inverse=True)
+    return torch.from_numpy(inverse.reshape(-1).astype(np.int64, copy=False)), int(uniq.size)
+
+
+def group_segments(batch: StepBatch) -> tuple[torch.Tensor, int]:
+    return segments(batch.group_id)
+
+
 def pair_segments(outer: torch.Tensor, inner: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Segment ids of the pairs (outer, inner): rows share a segment iff both keys are equal.
 
-    When ``inner`` is already dense (0..K-1) and each inner key occurs under one outer key only
-    (observation strings of different groups rarely coincide), the inner keys are the segments;
-    otherwise the combined keys are sorted.
+    The combined key ``outer * K + inner`` is ranked through a table of all its possible values
+    (a scatter and a cumulative sum) when that table is small, else sorted.
     """
     if outer.numel() == 0:
         return outer.clone(), 0
     o, i = outer.numpy(), inner.numpy()
     width = int(i.max()) + 1
-    owner = np.empty(width, dtype=o.dtype)
-    owner[i] = o
-    if bool((owner[i] == o).all()) and np.count_nonzero(np.bincount(i, minlength=width)) == width:
-        return inner, width
-    keys, inverse = np.unique(o * width + i, return_inverse=True)
-    return torch.from_numpy(inverse.reshape(-1)), int(keys.size)
+    key = o * width + i
+    size = (int(o.max()) + 1) * width
+    if size > 16 * key.size:                  # sparse keys: sort
+        keys, inverse = np.unique(key, return_inverse=True)
+        return torch.from_numpy(inverse.reshape(-1)), int(keys.size)
+    present = np.zeros(size, dtype=np.int64)  # dense keys: rank them through a table
+    present[key] = 1
+    rank = np.cumsum(present)
+    return torch.from_numpy(rank[key] - 1), int(rank[-1])
 
 
 def _bincount(seg: torch.Tensor, num: int, weights: torch.Tensor | None = None) -> np.ndarray:
@@ -141,14 +162,16 @@ def normalise_in_segments(values: torch.Tensor, seg: torch.Tensor, num: int, by_
     ``singleton`` says what a one-member segment gives: ``"keep"`` (mean 0, std 1: the raw value,
     the reference code's episode and GRPO rule) or ``"zero"`` (mean = itself: 0, its step rule).
     """
-    x, index = values.to(F64).numpy(), seg.numpy()
-    mean, std, count = _mean_std(x, index, num)
+    x, index = _f64(values), seg.numpy()
+    count = np.bincount(index, minlength=num)
+    mean = np.bincount(index, x, minlength=num) / np.maximum(count, 1)
     single = count == 1
     if singleton == "keep":
         mean[single] = 0.0
-    std[single] = 1.0
-    out = x - mean[index]
+    out = x - mean[index]           # the deviation from the true mean wherever a segment has 2+ rows
     if by_std:
+        std = np.sqrt(np.bincount(index, out * out, minlength=num) / np.maximum(count - 1, 1))
+        std[single] = 1.0
         out /= std[index] + epsilon
     return torch.from_numpy(out)
 
@@ -182,21 +205,25 @@ class TrajectoryLayout:
 
     @classmethod
     def of(cls, batch: StepBatch) -> "TrajectoryLayout":
-        traj, num_traj = batch.trajectory_segments()
+        traj, num_traj = segments(batch.traj_id)
         n = traj.numel()
         if n == 0:
             return cls(traj, traj.clone(), 0, 0)
         t, step = traj.numpy(), batch.step.numpy().astype(np.int64, copy=False)
-        order = np.argsort(t * (int(step.max()) + 1) + step, kind="stable")
+        key = t * (int(step.max()) + 1) + step
         length = np.bincount(t, minlength=num_traj)
         start = np.cumsum(length) - length
-        pos = np.empty(n, dtype=np.int64)
-        pos[order] = np.arange(n) - start[t[order]]
+        if bool((key[1:] > key[:-1]).all()):     # rows stored trajectory by trajectory, in step order
+            pos = np.arange(n) - start[t]
+        else:
+            order = np.argsort(key, kind="stable")
+            pos = np.empty(n, dtype=np.int64)
+            pos[order] = np.arange(n) - start[t[order]]
         return cls(traj, torch.from_numpy(pos), num_traj, int(length.max()))
 
-    def _dense(self, values: torch.Tensor) -> np.ndarray:
+    def _dense(self, values: torch.Tensor | np.ndarray) -> np.ndarray:
         dense = np.zeros(self.num_traj * (self.max_len + 1), dtype=np.float64)
-        dense[self._flat] = values.numpy()
+        dense[self._flat] = values.numpy() if isinstance(values, torch.Tensor) else values
         return dense
 
     def to_dense(self, values: torch.Tensor) -> torch.Tensor:
@@ -216,16 +243,26 @@ class TrajectoryLayout:
         """
         if self.num_traj == 0:
             return values.to(F64).clone()
-        dense = self._dense(values.to(F64)).reshape(self.num_traj, -1)[:, :self.max_len]
+        return torch.from_numpy(self.discounted_sum_np(values.to(F64).numpy(), factor))
+
+    def discounted_sum_np(self, values: np.ndarray, factor: float) -> np.ndarray:
+        """:meth:`discounted_sum` of a float64 numpy array."""
+        if self.num_traj == 0:
+            return values.copy()
+        dense = self._dense(values).reshape(self.num_traj, -1)[:, :self.max_len]
         out = np.zeros((self.num_traj, self.max_len + 1), dtype=np.float64)
         out[:, :self.max_len] = dense @ _discount_kernel(self.max_len, float(factor))
-        return torch.from_numpy(out.reshape(-1)[self._flat])
+        return out.reshape(-1)[self._flat]
 
     def next_row_values(self, values: torch.Tensor) -> torch.Tensor:
         """Per row: the value of the trajectory's next row, 0 after its last row."""
+        return torch.from_numpy(self.next_row_values_np(values.to(F64).numpy()))
+
+    def next_row_values_np(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`next_row_values` of a float64 numpy array."""
         if self.num_traj == 0:
-            return values.to(F64).clone()
-        return torch.from_numpy(self._dense(values.to(F64))[self._flat + 1])
+            return values.copy()
+        return self._dense(values)[self._flat + 1]
 
 
 # ----- rewards, penalty, returns ---------------------------------------------------------------------
@@ -248,16 +285,21 @@ def row_returns(batch: StepBatch, layout: TrajectoryLayout, gamma: float, penalt
     step return only. With ``in_reward`` the rewards and ``episode_return`` are used as they are.
     ``step=False`` skips the step returns (the episode-only estimators).
     """
-    reward = batch.reward.to(F64)
-    episode_return = batch.episode_return.to(F64)
+    reward = _f64(batch.reward)
+    episode_return = torch.from_numpy(_f64(batch.episode_return))
     if penalty_mode == "in_reward" or penalty == 0.0:
-        step_return = layout.discounted_sum(reward, gamma) if step else None
+        step_return = torch.from_numpy(layout.discounted_sum_np(reward, gamma)) if step else None
         return RowReturns(episode_return, episode_return, step_return)
-    charged = (~batch.action_valid).to(F64) * float(penalty)
-    clean_reward = reward + charged
-    clean_episode = episode_return + segment_sum(charged, layout.traj, layout.num_traj)[layout.traj]
-    step_return = layout.discounted_sum(clean_reward, gamma) - charged if step else None
-    return RowReturns(clean_episode - charged, clean_episode, step_return)
+    charged = np.where(batch.action_valid.numpy(), 0.0, float(penalty))
+    traj = layout.traj.numpy()
+    clean_episode = episode_return.numpy() + np.bincount(traj, charged, minlength=layout.num_traj)[traj]
+    step_return = torch.from_numpy(layout.discounted_sum_np(reward + charged, gamma) - charged) if step else None
+    return RowReturns(torch.from_numpy(clean_episode - charged), torch.from_numpy(clean_episode), step_return)
+
+
+def _f64(values: torch.Tensor) -> np.ndarray:
+    """float64 numpy copy (or view, when already float64) of a CPU tensor."""
+    return values.numpy().astype(np.float64, copy=False)
 
 
 def episode_advantage(batch: StepBatch, returns: RowReturns, by_std: bool, epsilon: float,
@@ -268,7 +310,7 @@ def episode_advantage(batch: StepBatch, returns: RowReturns, by_std: bool, epsil
     ``trajectories``: mean/std over one return per trajectory of the group. Either way a group
     with a single member gets mean 0 and std 1 (the raw score is kept).
     """
-    group, num_groups = batch.group_segments()
+    group, num_groups = group_segments(batch)
     score = returns.episode_score
     if episode_stats == "steps":
         return normalise_in_segments(score, group, num_groups, by_std, epsilon, "keep"), group, num_groups

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from agentrl.data import StepBatch
@@ -66,18 +67,18 @@ class GAGPOParams:
         check_range("gagpo", "lam", self.lam, 0.0, 1.0)
 
 
-def grouped_value_proxy(step_return: torch.Tensor, anchor: torch.Tensor, num_anchor: int) -> torch.Tensor:
-    """V(s) per row: the mean step return of the rows in the row's anchor group."""
-    total = common.segment_sum(step_return, anchor, num_anchor)
-    return (total / common.segment_count(anchor, num_anchor).clamp_min(1))[anchor]
+def grouped_value_proxy(step_return: np.ndarray, anchor: np.ndarray, num_anchor: int) -> np.ndarray:
+    """V(s) per row: the mean step return of the rows in the row's anchor group (float64 numpy)."""
+    total = np.bincount(anchor, step_return, minlength=num_anchor)
+    return (total / np.maximum(np.bincount(anchor, minlength=num_anchor), 1))[anchor]
 
 
-def gae_advantages(step_return: torch.Tensor, value: torch.Tensor, layout: common.TrajectoryLayout,
-                   gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raw GAE advantage and TD residual per row (before group normalisation)."""
-    implied_reward = step_return - gamma * layout.next_row_values(step_return)
-    delta = implied_reward + gamma * layout.next_row_values(value) - value
-    return layout.discounted_sum(delta, gamma * lam), delta
+def gae_advantages(step_return: np.ndarray, value: np.ndarray, layout: common.TrajectoryLayout,
+                   gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Raw GAE advantage and TD residual per row (before group normalisation; float64 numpy)."""
+    implied_reward = step_return - gamma * layout.next_row_values_np(step_return)
+    delta = implied_reward + gamma * layout.next_row_values_np(value) - value
+    return layout.discounted_sum_np(delta, gamma * lam), delta
 
 
 def action_level_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -96,17 +97,19 @@ def action_level_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, respo
 def gagpo_advantages(batch: StepBatch, params: GAGPOParams, state=None) -> tuple[torch.Tensor, dict[str, float]]:
     layout = common.TrajectoryLayout.of(batch)
     returns = common.row_returns(batch, layout, params.gamma, params.invalid_action_penalty, params.penalty_mode)
-    group, num_groups = batch.group_segments()
+    group, num_groups = common.group_segments(batch)
     anchor, num_anchor = common.anchor_segments(batch, group)
-    value = grouped_value_proxy(returns.step_return, anchor, num_anchor)
-    raw, delta = gae_advantages(returns.step_return, value, layout, params.gamma, params.lam)
-    adv = common.normalise_in_segments(raw, group, num_groups, params.mode == "mean_std_norm", params.epsilon, "keep")
+    step_return = returns.step_return.numpy()
+    value = grouped_value_proxy(step_return, anchor.numpy(), num_anchor)
+    raw, delta = gae_advantages(step_return, value, layout, params.gamma, params.lam)
+    adv = common.normalise_in_segments(torch.from_numpy(raw), group, num_groups, params.mode == "mean_std_norm",
+                                       params.epsilon, "keep")
     diagnostics = {
         "num_groups": float(num_groups),
         "num_state_groups": float(num_anchor),
         "state_singleton_rate": common.singleton_rate(anchor, num_anchor),
         "mean_state_group_size": common.mean_segment_size(anchor, num_anchor),
-        "td_residual_abs_mean": float(delta.abs().mean()) if len(batch) else 0.0,
-        "raw_advantage_std": float(raw.std()) if len(batch) > 1 else 0.0,
+        "td_residual_abs_mean": float(np.abs(delta).mean()) if len(batch) else 0.0,
+        "raw_advantage_std": float(raw.std(ddof=1)) if len(batch) > 1 else 0.0,
     }
-    return adv.to(torch.float32), diagnostics
+    return torch.from_numpy(adv.numpy().astype(np.float32)), diagnostics

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
+import numpy as np
 import torch
 
 from agentrl.data import StepBatch
@@ -104,6 +105,7 @@ def gigpo_advantages(batch: StepBatch, params: GiGPOParams, state=None) -> tuple
     episode, group, num_groups = common.episode_advantage(batch, returns, by_std, params.epsilon, params.episode_stats)
     anchor, num_anchor = step_segments(batch, group, params)
     step = common.normalise_in_segments(returns.step_return, anchor, num_anchor, by_std, params.epsilon, "zero")
+    episode, step = episode.numpy(), step.numpy()
     adv = episode + params.step_advantage_w * step
     diagnostics = {
         "num_groups": float(num_groups),
@@ -111,6 +113,6 @@ def gigpo_advantages(batch: StepBatch, params: GiGPOParams, state=None) -> tuple
         "step_group_singleton_rate": common.singleton_rate(anchor, num_anchor),
         "mean_step_group_size": common.mean_segment_size(anchor, num_anchor),
         "episode_adv_mean": float(episode.mean()) if len(batch) else 0.0,
-        "step_adv_abs_mean": float(step.abs().mean()) if len(batch) else 0.0,
+        "step_adv_abs_mean": float(np.abs(step).mean()) if len(batch) else 0.0,
     }
-    return adv.to(torch.float32), diagnostics
+    return torch.from_numpy(adv.astype(np.float32)), diagnostics

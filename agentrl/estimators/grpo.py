@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from agentrl.data import StepBatch
@@ -48,4 +49,4 @@ def grpo_advantages(batch: StepBatch, params: GRPOParams, state=None) -> tuple[t
         "num_groups": float(num_groups),
         "singleton_group_rate": common.singleton_rate(group, num_groups),
     }
-    return adv.to(torch.float32), diagnostics
+    return torch.from_numpy(adv.numpy().astype(np.float32)), diagnostics

@@ -38,7 +38,7 @@ def rloo_advantages(batch: StepBatch, params: RLOOParams, state=None) -> tuple[t
     layout = common.TrajectoryLayout.of(batch)
     returns = common.row_returns(batch, layout, 1.0, params.invalid_action_penalty, params.penalty_mode,
                                  step=False)
-    group, num_groups = batch.group_segments()
+    group, num_groups = common.group_segments(batch)
     score = returns.episode_score
     if params.episode_stats == "steps":
         total = common.segment_sum(score, group, num_groups)[group]
