@@ -6,7 +6,8 @@ import torch
 
 from agentrl.models import build_tiny_model, load_model, stop_token_ids
 from agentrl.rollout.backends import SamplingParams, TorchBackend
-from agentrl.rollout.backends.torch_engine import filter_logits, shared_prefixes
+from agentrl.rollout.backends.torch_engine import (_PreallocatedLayer, draw_from, filter_logits, length_chunks,
+                                                   shared_prefixes)
 from rollout_helpers import TINY
 
 TEXTS = ["Crafting commands:\ncraft 4 oak planks using 1 oak logs\n\nGoal: craft stick.",
@@ -104,3 +105,72 @@ def test_shared_prefixes_cluster_common_beginnings_and_leave_one_token_each():
     assert prefixes[source[0]] == [1, 2, 3, 4] and prefixes[source[1]] == [7, 8]
     prefixes, source = shared_prefixes([a, b], min_shared=5)  # 4 shared tokens: not worth it
     assert len(prefixes) == 2 and prefixes[source[0]] == a[:-1] and prefixes[source[1]] == b[:-1]
+
+
+def test_chunked_right_padded_prefill_equals_one_prompt_at_a_time(tiny_model_dir, tiny_tokenizer):
+    """Prompts of different lengths prefilled together (right-padded, no mask) give the tokens and
+    log-probs of HF generate on each prompt alone, whatever the chunk size; equal lengths decode
+    without a mask."""
+    model = load_model(tiny_model_dir)
+    stops = tuple(stop_token_ids(tiny_tokenizer))
+    texts = TEXTS + ["Inventory: [oak planks] (4)", "Goal: craft stick.", "craft 1 crafting table using 4 oak planks"]
+    prompts = [tiny_tokenizer(t)["input_ids"] for t in texts]
+    assert len({len(p) for p in prompts}) > 3
+    greedy = SamplingParams(max_tokens=7, temperature=0.0, stop_token_ids=stops)
+    reference = [model.generate(torch.tensor([p]), max_new_tokens=7, do_sample=False, eos_token_id=list(stops),
+                                pad_token_id=tiny_tokenizer.pad_token_id)[0, len(p):].tolist() for p in prompts]
+    for chunk in (1, 40, 10_000):
+        backend = TorchBackend(model, tiny_tokenizer, share_prefixes=False, prefill_chunk_tokens=chunk)
+        out = backend.generate(prompts, greedy)
+        assert [g.token_ids for g in out] == reference, chunk
+        for prompt, gen in zip(prompts, out):
+            assert torch.allclose(_reference_logprobs(model, prompt, gen.token_ids), torch.tensor(gen.logprobs),
+                                  atol=1e-5)
+        passes = backend.stats()["forward_passes"] - (max(len(r) for r in reference) - 1)
+        assert passes == {1: len(prompts), 10_000: 1}.get(chunk, passes)  # one prefill pass per chunk
+    same = [prompts[0][:6], prompts[1][:6], prompts[3][:6]]  # one length: no padding, no mask
+    out = TorchBackend(model, tiny_tokenizer, share_prefixes=False).generate(same, greedy)
+    for prompt, gen in zip(same, out):
+        ref = model.generate(torch.tensor([prompt]), max_new_tokens=7, do_sample=False, eos_token_id=list(stops),
+                             pad_token_id=tiny_tokenizer.pad_token_id)[0, len(prompt):].tolist()
+        assert gen.token_ids == ref
+
+
+def test_length_chunks_respect_the_padded_budget():
+    lengths = [5, 9, 3, 9, 20, 4]
+    order = sorted(range(6), key=lambda i: lengths[i])
+    chunks = length_chunks(order, lengths, 20)
+    assert [i for c in chunks for i in c] == order
+    assert all(len(c) == 1 or len(c) * max(lengths[i] for i in c) <= 20 for c in chunks)
+    assert chunks == [[2, 5, 0], [1, 3], [4]]
+
+
+def test_draw_from_samples_the_distribution_and_never_a_zero_probability_token():
+    probs = torch.tensor([[0.0, 0.2, 0.0, 0.5, 0.3, 0.0]]).repeat(20_000, 1)
+    generator = torch.Generator().manual_seed(0)
+    drawn = draw_from(probs, generator)
+    counts = torch.bincount(drawn, minlength=6).float() / len(drawn)
+    assert counts[[0, 2, 5]].sum() == 0
+    assert torch.allclose(counts, probs[0], atol=0.015)
+    again = draw_from(probs, torch.Generator().manual_seed(0))
+    assert torch.equal(drawn, again)
+    # the largest uniform number still lands on a token with mass (not past the last one)
+    edge = torch.tensor([[0.25, 0.75, 0.0, 0.0]])
+    assert draw_from(edge * 1e-30, torch.Generator().manual_seed(1)).item() in (0, 1)
+
+
+def test_preallocated_cache_layer_writes_in_place_grows_and_reorders():
+    keys = torch.zeros(2, 1, 4, 3)
+    layer = _PreallocatedLayer(keys.clone(), keys.clone(), length=2)
+    assert layer.get_seq_length() == 2 and layer.keys.shape == (2, 1, 2, 3)
+    new = torch.ones(2, 1, 1, 3)
+    k, v = layer.update(new, 2 * new)
+    assert k.shape == (2, 1, 3, 3) and torch.equal(k[:, :, 2], new[:, :, 0]) and torch.equal(v[:, :, 2], 2 * new[:, :, 0])
+    k, _ = layer.update(3 * torch.ones(2, 1, 3, 3), torch.ones(2, 1, 3, 3))  # past the buffer: grows
+    assert k.shape == (2, 1, 6, 3) and torch.equal(k[:, :, 3:], 3 * torch.ones(2, 1, 3, 3))
+    assert torch.equal(k[:, :, 2], new[:, :, 0])
+    marked = layer.keys.clone()
+    marked[1] += 5
+    layer._k[:, :, :6] = marked
+    layer.reorder_cache(torch.tensor([1]))
+    assert layer.keys.shape == (1, 1, 6, 3) and torch.equal(layer.keys[0], marked[1])
