@@ -1,18 +1,22 @@
 """``agentrl bench rollout``: rollout throughput of the engine against a naive loop.
 
-A tiny Qwen2 model (random weights) with a byte-level BPE trained on TextCraft expert text plays
-``tasks x group_size`` episodes of ``--max-steps`` steps, sampling at temperature 1, with the tiny
-recipes' prompt settings (compact prompts, history of 2, no thinking, 24 response tokens, no
-admissible-action list for TextCraft):
+The workload is a tiny recipe's (default ``textcraft_grpo_tiny``), read from the recipe itself so
+the benchmark measures what ``agentrl train`` runs: its tiny Qwen2 model (random weights; layers,
+width and heads from ``model.tiny``), its tokenizer (a BPE of ``tokenizer.vocab_size`` trained
+on the env's expert text, as the trainer does), its rollout settings (prompt style, history,
+admissible list, ``max_prompt_tokens`` and ``prompt_truncation``, ``max_response_tokens``,
+temperature, top-p/top-k), its ``env.max_steps``, ``env.train_split`` and
+``tasks_per_iteration x group_size`` episodes. Flags override single settings.
 
 * ``engine``: :class:`~agentrl.rollout.engine.RolloutEngine` with the batched torch backend (all
   active envs in one generate call, KV cache, shared prefill of common prompt beginnings);
 * ``engine-no-prefix-sharing``: the same without the shared prefill (what sharing saves);
 * ``vllm``: the engine with the vLLM backend, when vllm is importable (``.venv-vllm``);
-* ``naive``: one env at a time, Hugging Face ``generate`` per step, no batching.
+* ``naive``: one env at a time, Hugging Face ``generate`` per step, no batching, on the same
+  prompts (same template, history and truncation) with the same sampling settings.
 
 Reported: env steps/s, generated tokens/s, seconds, and the speed-up over ``naive``. A random
-model rarely writes a valid action, so every episode runs the full ``--max-steps`` in every
+model rarely writes a valid action, so every episode runs the full ``env.max_steps`` in every
 variant and the step counts are equal.
 """
 
@@ -28,112 +32,133 @@ HELP = "rollout throughput: batched engine (torch, vllm) vs one env at a time wi
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--env", default="textcraft", help="environment (default textcraft)")
-    parser.add_argument("--split", default="depth2", help="task split (default depth2)")
-    parser.add_argument("--tasks", type=int, default=4, help="distinct tasks (default 4)")
-    parser.add_argument("--group-size", type=int, default=8, help="episodes per task (default 8)")
-    parser.add_argument("--max-steps", type=int, default=4, help="steps per episode (default 4)")
-    parser.add_argument("--max-response-tokens", type=int, default=24,
-                        help="tokens per response (default 24, the tiny recipes' limit)")
-    parser.add_argument("--hidden", type=int, default=128, help="tiny model hidden size (default 128)")
-    parser.add_argument("--layers", type=int, default=2, help="tiny model layers (default 2)")
+    parser.add_argument("--recipe", default="textcraft_grpo_tiny",
+                        help="tiny recipe whose model, tokenizer, prompts and episodes are measured "
+                             "(default textcraft_grpo_tiny)")
+    parser.add_argument("--split", default=None, help="task split (default: the recipe's env.train_split)")
+    parser.add_argument("--tasks", type=int, default=None,
+                        help="distinct tasks (default: the recipe's env.tasks_per_iteration)")
+    parser.add_argument("--group-size", type=int, default=None,
+                        help="episodes per task (default: the recipe's env.group_size)")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="steps per episode (default: the recipe's env.max_steps)")
+    parser.add_argument("--max-response-tokens", type=int, default=None,
+                        help="tokens per response (default: the recipe's rollout.max_response_tokens)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--backends", default="torch,vllm",
                         help="engine backends to measure, comma-separated; vllm is skipped where it is not "
                              "installed (default torch,vllm)")
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline (profiling runs)")
     parser.add_argument("--seed", type=int, default=0)
 
 
-def _build_model(args, out_dir: str):
-    from agentrl.config.schema import TinyModelConfig
-    from agentrl.data.demonstrations import corpus_texts
-    from agentrl.models import build_tiny_model, train_tokenizer
+def workload(args):
+    """The recipe's config with the flags' overrides applied (what every variant runs)."""
+    from agentrl.config.loading import load_config
 
-    texts = corpus_texts(args.env, {}, "train", 200, history_length=2, think=False, style="compact",
-                         show_admissible=_show_admissible(args))
-    tokenizer = train_tokenizer(texts, vocab_size=2048, kind="bpe")
-    heads = max(1, args.hidden // 32)
-    tiny = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=heads,
-                           num_kv_heads=1 if heads == 1 else heads // 2, intermediate_size=4 * args.hidden)
-    model = build_tiny_model(tiny, tokenizer, seed=args.seed).eval()
+    overrides = []
+    for flag, key in (("split", "env.train_split"), ("tasks", "env.tasks_per_iteration"),
+                      ("group_size", "env.group_size"), ("max_steps", "env.max_steps"),
+                      ("max_response_tokens", "rollout.max_response_tokens")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    cfg = load_config(args.recipe, overrides)
+    if cfg.model.name_or_path != "tiny":
+        raise ValueError(f"agentrl bench rollout measures tiny recipes; {args.recipe} uses {cfg.model.name_or_path}")
+    return cfg
+
+
+def _build_model(cfg, seed: int, out_dir: str):
+    from agentrl.models import build_tiny_model, train_tokenizer
+    from agentrl.policy_init import corpus_builder
+
+    tokenizer = train_tokenizer(corpus_builder(cfg)(), cfg.tokenizer.vocab_size, cfg.tokenizer.train_kind)
+    model = build_tiny_model(cfg.model.tiny, tokenizer, seed=seed).eval()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return model, tokenizer
 
 
-def _show_admissible(args) -> bool:
-    return args.env != "textcraft"  # as the recipes: TextCraft's commands are in its task text
+def _env_kwargs(cfg) -> dict:
+    return {"max_steps": cfg.env.max_steps, **dict(cfg.env.kwargs)}
 
 
-def _configs(args):
-    from agentrl.config.schema import EnvConfig, RolloutConfig
-
-    rollout = RolloutConfig(max_response_tokens=args.max_response_tokens, prompt_style="compact", enable_thinking=False,
-                            show_admissible=_show_admissible(args),
-                            max_prompt_tokens=2048, prompt_truncation="left", temperature=1.0)
-    env = EnvConfig(name=args.env, max_steps=args.max_steps, group_size=args.group_size,
-                    tasks_per_iteration=args.tasks, history_length=2)
-    return rollout, env
-
-
-def _run_engine(backend, tokenizer, args, tasks) -> dict[str, float]:
+def _run_engine(backend, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
     from agentrl.envs.server import EnvClient
     from agentrl.rollout.engine import RolloutEngine
 
-    rollout_cfg, env_cfg = _configs(args)
-    client = EnvClient.local(args.env, len(tasks) * args.group_size, {"max_steps": args.max_steps})
-    engine = RolloutEngine(backend, tokenizer, client, rollout_cfg, env_cfg)
-    engine.run(tasks[:1], 2, seed=args.seed + 1)  # warm-up (first-call costs)
+    group_size = cfg.env.group_size
+    client = EnvClient.local(cfg.env.name, len(tasks) * group_size, _env_kwargs(cfg))
+    engine = RolloutEngine(backend, tokenizer, client, cfg.rollout, cfg.env)
+    engine.run(tasks[:1], min(2, group_size), seed=seed + 1)  # warm-up (first-call costs)
     start = time.perf_counter()
-    result = engine.run(tasks, args.group_size, seed=args.seed)
+    result = engine.run(tasks, group_size, seed=seed)
     seconds = time.perf_counter() - start
     client.close()
     return {"seconds": seconds, "env_steps": result.stats["env_steps"],
-            "generated_tokens": result.stats["generated_tokens"], "generate_s": result.stats["generate_s"]}
+            "generated_tokens": result.stats["generated_tokens"], "generate_s": result.stats["generate_s"],
+            "prompt_tokens": result.stats["prompt_tokens"], "truncated_prompts": result.stats["truncated_prompts"]}
 
 
-def _run_naive(model, tokenizer, args, tasks) -> dict[str, float]:
-    """One env at a time, Hugging Face generate on each step's prompt, no batching."""
+def _run_naive(model, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
+    """One env at a time, Hugging Face generate on each step's prompt, no batching.
+
+    The prompts are the engine's (same text, chat template and left truncation to
+    ``rollout.max_prompt_tokens``), and so are the sampling settings and stop tokens."""
     import torch
 
     from agentrl.envs import make_env
     from agentrl.models import stop_token_ids
+    from agentrl.rollout.engine import RolloutEngine
     from agentrl.rollout.parsing import parse_response
-    from agentrl.rollout.prompts import History, build_prompt_text, render_chat, task_text
+    from agentrl.rollout.prompts import History, task_text
 
-    env = make_env(args.env, max_steps=args.max_steps)
+    rollout = cfg.rollout
+    env = make_env(cfg.env.name, **_env_kwargs(cfg))
+    # only its prompt building and truncation are used: the same code as the measured engine
+    prompts = RolloutEngine(None, tokenizer, _NoEnvs(), rollout, cfg.env, env_name=cfg.env.name)
     stops = stop_token_ids(tokenizer)
-    torch.manual_seed(args.seed)
-    steps = tokens = 0
+    sampling = dict(do_sample=True, temperature=rollout.temperature, top_p=rollout.top_p,
+                    top_k=rollout.top_k if rollout.top_k > 0 else 0) if rollout.temperature > 0 else dict(do_sample=False)
+    torch.manual_seed(seed)
+    steps = tokens = prompt_tokens = 0
     generate_s = 0.0
     start = time.perf_counter()
     for task in tasks:
-        for _ in range(args.group_size):
+        for _ in range(cfg.env.group_size):
             obs, info = env.reset(task)
-            task_line = task_text(args.env, obs, info)
+            task_line = task_text(cfg.env.name, obs, info)
             history = History()
-            for _step in range(args.max_steps):
-                admissible = info["admissible_actions"] if _show_admissible(args) else []
-                text = build_prompt_text(args.env, task_line, obs, history, admissible,
-                                         history_length=2, think=False, style="compact")
-                ids = tokenizer(render_chat(tokenizer, text), add_special_tokens=False, return_tensors="pt")
+            for _step in range(cfg.env.max_steps):
+                text = prompts.prompt_text(task_line, obs, history, info.get("admissible_actions") or [])
+                (ids,), _truncated = prompts.encode_prompts([text])
+                input_ids = torch.tensor([ids])
+                prompt_tokens += len(ids)
                 t0 = time.perf_counter()
                 with torch.no_grad():
-                    out = model.generate(**ids, max_new_tokens=args.max_response_tokens, do_sample=True,
-                                         temperature=1.0, top_p=1.0, top_k=0, eos_token_id=stops,
-                                         pad_token_id=tokenizer.pad_token_id)
+                    out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                         max_new_tokens=rollout.max_response_tokens, eos_token_id=stops,
+                                         pad_token_id=tokenizer.pad_token_id, **sampling)
                 generate_s += time.perf_counter() - t0
-                response = out[0, ids["input_ids"].shape[1]:]
+                response = out[0, input_ids.shape[1]:]
                 tokens += int(response.numel())
-                parsed = parse_response(tokenizer.decode(response, skip_special_tokens=True), args.env,
-                                        require_think=False)
+                parsed = parse_response(tokenizer.decode(response, skip_special_tokens=True), cfg.env.name,
+                                        require_think=rollout.enable_thinking)
                 history.add(obs, parsed.action)
                 obs, _reward, terminated, truncated, info = env.step(parsed.action)
                 steps += 1
                 if terminated or truncated:
                     break
     return {"seconds": time.perf_counter() - start, "env_steps": steps, "generated_tokens": tokens,
-            "generate_s": generate_s}
+            "generate_s": generate_s, "prompt_tokens": prompt_tokens}
+
+
+class _NoEnvs:
+    """An env client with one (unused) instance: the naive loop borrows the engine's prompt code."""
+
+    size = 1
+    env_name = None
 
 
 def _cpu_name() -> str:
@@ -169,13 +194,15 @@ def run(args) -> int:
 def _run(args) -> int:
     report = _measure(args)
     meta, rows = report["meta"], report["results"]
-    print(f"rollout benchmark: {meta['model']}; {args.tasks} tasks x {args.group_size} envs x {args.max_steps} steps, "
-          f"{args.max_response_tokens} tokens/response; {meta['cpu']}, {meta['cores']} cores, "
-          f"{meta['torch_threads']} torch threads")
+    print(f"rollout benchmark ({meta['recipe']}): {meta['model']}; {meta['tasks']} tasks x {meta['group_size']} envs "
+          f"x {meta['max_steps']} steps on {meta['split']}, prompts <= {meta['max_prompt_tokens']} tokens "
+          f"({meta['prompt_truncation']}), {meta['max_response_tokens']} tokens/response; {meta['cpu']}, "
+          f"{meta['cores']} cores, {meta['torch_threads']} torch threads")
     print(f"{'variant':<26}{'seconds':>9}{'env steps':>11}{'steps/s':>9}{'gen tok/s':>11}{'speed-up':>10}")
     for name, row in rows.items():
+        speedup = f"{row['speedup_vs_naive']:>9.1f}x" if "speedup_vs_naive" in row else f"{'-':>10}"
         print(f"{name:<26}{row['seconds']:>9.2f}{int(row['env_steps']):>11}{row['env_steps_per_s']:>9.1f}"
-              f"{row['generated_tokens_per_s']:>11.0f}{row['speedup_vs_naive']:>9.1f}x")
+              f"{row['generated_tokens_per_s']:>11.0f}{speedup}")
     return 0
 
 
@@ -186,29 +213,37 @@ def _measure(args) -> dict:
     from agentrl.rollout.backends import TorchBackend, vllm_available
 
     torch.set_num_threads(max(1, args.threads))
-    tasks = [TaskRef(args.split, i) for i in range(args.tasks)]
+    cfg = workload(args)
+    tasks = [TaskRef(cfg.env.train_split, i) for i in range(cfg.env.tasks_per_iteration)]
     rows: dict[str, dict[str, float]] = {}
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-rollout-") as model_dir:
-        model, tokenizer = _build_model(args, model_dir)
-        rows["naive"] = _run_naive(model, tokenizer, args, tasks)
+        model, tokenizer = _build_model(cfg, args.seed, model_dir)
+        if not args.no_naive:
+            rows["naive"] = _run_naive(model, tokenizer, cfg, tasks, args.seed)
         if "torch" in wanted:
-            rows["engine"] = _run_engine(TorchBackend(model, tokenizer), tokenizer, args, tasks)
+            rows["engine"] = _run_engine(TorchBackend(model, tokenizer), tokenizer, cfg, tasks, args.seed)
             rows["engine-no-prefix-sharing"] = _run_engine(TorchBackend(model, tokenizer, share_prefixes=False),
-                                                           tokenizer, args, tasks)
+                                                           tokenizer, cfg, tasks, args.seed)
         if "vllm" in wanted and vllm_available():
             from agentrl.rollout.backends.vllm_engine import VllmBackend
 
-            backend = VllmBackend(model_dir, max_model_len=2048, seed=args.seed)
-            rows["vllm"] = _run_engine(backend, tokenizer, args, tasks)
+            backend = VllmBackend(model_dir, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens,
+                                  seed=args.seed)
+            rows["vllm"] = _run_engine(backend, tokenizer, cfg, tasks, args.seed)
             backend.close()
-    base = rows["naive"]["env_steps"] / rows["naive"]["seconds"]
+    base = rows["naive"]["env_steps"] / rows["naive"]["seconds"] if "naive" in rows else None
     for row in rows.values():
         row["env_steps_per_s"] = row["env_steps"] / row["seconds"]
         row["generated_tokens_per_s"] = row["generated_tokens"] / row["seconds"]
-        row["speedup_vs_naive"] = row["env_steps_per_s"] / base
+        if base:
+            row["speedup_vs_naive"] = row["env_steps_per_s"] / base
+    tiny = cfg.model.tiny
     meta = {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "env": args.env, "split": args.split, "tasks": args.tasks, "group_size": args.group_size,
-            "max_steps": args.max_steps, "max_response_tokens": args.max_response_tokens,
-            "model": f"qwen2 hidden {args.hidden}, {args.layers} layers, {sum(p.numel() for p in model.parameters())} params"}
+            "recipe": args.recipe, "env": cfg.env.name, "split": cfg.env.train_split,
+            "tasks": cfg.env.tasks_per_iteration, "group_size": cfg.env.group_size, "max_steps": cfg.env.max_steps,
+            "max_prompt_tokens": cfg.rollout.max_prompt_tokens, "prompt_truncation": cfg.rollout.prompt_truncation,
+            "max_response_tokens": cfg.rollout.max_response_tokens, "temperature": cfg.rollout.temperature,
+            "model": f"qwen2 hidden {tiny.hidden_size}, {tiny.num_layers} layers, "
+                     f"{sum(p.numel() for p in model.parameters())} params, vocab {len(tokenizer)}"}
     return {"meta": meta, "results": rows}

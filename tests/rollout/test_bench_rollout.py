@@ -1,0 +1,39 @@
+"""``agentrl bench rollout`` measures the tiny recipe's workload, the naive baseline on the same prompts."""
+
+from __future__ import annotations
+
+import argparse
+
+from agentrl.bench import rollout as bench
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    parser.add_argument("--json", action="store_true")
+    return parser.parse_args(list(argv))
+
+
+def test_workload_is_the_tiny_textcraft_recipe():
+    cfg = bench.workload(_args())
+    tiny = cfg.model.tiny
+    assert (tiny.num_layers, tiny.hidden_size, tiny.num_heads, tiny.num_kv_heads) == (4, 128, 4, 2)
+    assert (cfg.rollout.max_prompt_tokens, cfg.rollout.prompt_truncation, cfg.rollout.max_response_tokens) == \
+        (192, "left", 28)
+    assert (cfg.env.max_steps, cfg.env.train_split, cfg.env.tasks_per_iteration, cfg.env.group_size) == \
+        (12, "pool_depth2", 8, 8)
+    small = bench.workload(_args("--tasks", "2", "--group-size", "3", "--max-steps", "4", "--split", "depth2"))
+    assert (small.env.tasks_per_iteration, small.env.group_size, small.env.max_steps, small.env.train_split) == \
+        (2, 3, 4, "depth2")
+
+
+def test_every_variant_plays_the_same_steps_on_left_truncated_prompts():
+    report = bench._measure(_args("--tasks", "1", "--group-size", "2", "--max-steps", "3", "--backends", "torch"))
+    meta, rows = report["meta"], report["results"]
+    assert meta["max_prompt_tokens"] == 192 and meta["prompt_truncation"] == "left" and "4 layers" in meta["model"]
+    assert set(rows) == {"naive", "engine", "engine-no-prefix-sharing"}
+    assert {row["env_steps"] for row in rows.values()} == {6}
+    for row in rows.values():  # every prompt kept at most its last 192 tokens, in the baseline too
+        assert row["prompt_tokens"] <= 192 * row["env_steps"]
+    assert rows["engine"]["truncated_prompts"] > 0  # the TextCraft task text alone is longer than 192
+    assert rows["naive"]["speedup_vs_naive"] == 1.0
