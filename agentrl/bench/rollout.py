@@ -15,7 +15,9 @@ temperature, top-p/top-k), its ``env.max_steps``, ``env.train_split`` and
 * ``naive``: one env at a time, Hugging Face ``generate`` per step, no batching, on the same
   prompts (same template, history and truncation) with the same sampling settings.
 
-Reported: env steps/s, generated tokens/s, seconds, and the speed-up over ``naive``. A random
+Reported: env steps/s, generated tokens/s, seconds, and the speed-up over ``naive``; also each
+variant's CPU seconds (``time.process_time`` of this process) and the speed-up in env steps per
+CPU second, which moves less than wall time on a machine shared with other jobs. A random
 model rarely writes a valid action, so every episode runs the full ``env.max_steps`` in every
 variant and the step counts are equal.
 """
@@ -92,11 +94,11 @@ def _run_engine(backend, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
     client = EnvClient.local(cfg.env.name, len(tasks) * group_size, _env_kwargs(cfg))
     engine = RolloutEngine(backend, tokenizer, client, cfg.rollout, cfg.env)
     engine.run(tasks[:1], min(2, group_size), seed=seed + 1)  # warm-up (first-call costs)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = engine.run(tasks, group_size, seed=seed)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     client.close()
-    return {"seconds": seconds, "env_steps": result.stats["env_steps"],
+    return {"seconds": seconds, "cpu_s": cpu, "env_steps": result.stats["env_steps"],
             "generated_tokens": result.stats["generated_tokens"], "generate_s": result.stats["generate_s"],
             "prompt_tokens": result.stats["prompt_tokens"], "truncated_prompts": result.stats["truncated_prompts"]}
 
@@ -124,7 +126,7 @@ def _run_naive(model, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
     torch.manual_seed(seed)
     steps = tokens = prompt_tokens = 0
     generate_s = 0.0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for task in tasks:
         for _ in range(cfg.env.group_size):
             obs, info = env.reset(task)
@@ -150,8 +152,8 @@ def _run_naive(model, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
                 steps += 1
                 if terminated or truncated:
                     break
-    return {"seconds": time.perf_counter() - start, "env_steps": steps, "generated_tokens": tokens,
-            "generate_s": generate_s, "prompt_tokens": prompt_tokens}
+    return {"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu, "env_steps": steps,
+            "generated_tokens": tokens, "generate_s": generate_s, "prompt_tokens": prompt_tokens}
 
 
 class _NoEnvs:
@@ -198,17 +200,20 @@ def _run(args) -> int:
           f"x {meta['max_steps']} steps on {meta['split']}, prompts <= {meta['max_prompt_tokens']} tokens "
           f"({meta['prompt_truncation']}), {meta['max_response_tokens']} tokens/response; {meta['cpu']}, "
           f"{meta['cores']} cores, {meta['torch_threads']} torch threads")
-    print(f"{'variant':<26}{'seconds':>9}{'env steps':>11}{'steps/s':>9}{'gen tok/s':>11}{'speed-up':>10}")
+    print(f"{'variant':<26}{'seconds':>9}{'env steps':>11}{'steps/s':>9}{'gen tok/s':>11}{'speed-up':>10}"
+          f"{'CPU s':>8}{'CPU speed-up':>14}")
     for name, row in rows.items():
         speedup = f"{row['speedup_vs_naive']:>9.1f}x" if "speedup_vs_naive" in row else f"{'-':>10}"
+        cpu_speedup = f"{row['cpu_speedup_vs_naive']:>13.1f}x" if "cpu_speedup_vs_naive" in row else f"{'-':>14}"
         print(f"{name:<26}{row['seconds']:>9.2f}{int(row['env_steps']):>11}{row['env_steps_per_s']:>9.1f}"
-              f"{row['generated_tokens_per_s']:>11.0f}{speedup}")
+              f"{row['generated_tokens_per_s']:>11.0f}{speedup}{row['cpu_s']:>8.1f}{cpu_speedup}")
     return 0
 
 
 def _measure(args) -> dict:
     import torch
 
+    from agentrl.config.loading import load_config
     from agentrl.envs import TaskRef
     from agentrl.rollout.backends import TorchBackend, vllm_available
 
@@ -218,7 +223,8 @@ def _measure(args) -> dict:
     rows: dict[str, dict[str, float]] = {}
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-rollout-") as model_dir:
-        model, tokenizer = _build_model(cfg, args.seed, model_dir)
+        # the recipe's tokenizer and model whatever the flags (its corpus depends on env.max_steps)
+        model, tokenizer = _build_model(load_config(args.recipe), args.seed, model_dir)
         if not args.no_naive:
             rows["naive"] = _run_naive(model, tokenizer, cfg, tasks, args.seed)
         if "torch" in wanted:
@@ -233,11 +239,14 @@ def _measure(args) -> dict:
             rows["vllm"] = _run_engine(backend, tokenizer, cfg, tasks, args.seed)
             backend.close()
     base = rows["naive"]["env_steps"] / rows["naive"]["seconds"] if "naive" in rows else None
+    base_cpu = rows["naive"]["env_steps"] / rows["naive"]["cpu_s"] if "naive" in rows else None
     for row in rows.values():
         row["env_steps_per_s"] = row["env_steps"] / row["seconds"]
         row["generated_tokens_per_s"] = row["generated_tokens"] / row["seconds"]
+        row["env_steps_per_cpu_s"] = row["env_steps"] / row["cpu_s"]
         if base:
             row["speedup_vs_naive"] = row["env_steps_per_s"] / base
+            row["cpu_speedup_vs_naive"] = row["env_steps_per_cpu_s"] / base_cpu
     tiny = cfg.model.tiny
     meta = {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "recipe": args.recipe, "env": cfg.env.name, "split": cfg.env.train_split,

@@ -36,4 +36,5 @@ def test_every_variant_plays_the_same_steps_on_left_truncated_prompts():
     for row in rows.values():  # every prompt kept at most its last 192 tokens, in the baseline too
         assert row["prompt_tokens"] <= 192 * row["env_steps"]
     assert rows["engine"]["truncated_prompts"] > 0  # the TextCraft task text alone is longer than 192
-    assert rows["naive"]["speedup_vs_naive"] == 1.0
+    assert rows["naive"]["speedup_vs_naive"] == rows["naive"]["cpu_speedup_vs_naive"] == 1.0
+    assert all(row["cpu_s"] > 0 and row["env_steps_per_cpu_s"] > 0 for row in rows.values())
