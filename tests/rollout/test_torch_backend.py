@@ -174,3 +174,21 @@ def test_preallocated_cache_layer_writes_in_place_grows_and_reorders():
     layer._k[:, :, :6] = marked
     layer.reorder_cache(torch.tensor([1]))
     assert layer.keys.shape == (1, 1, 6, 3) and torch.equal(layer.keys[0], marked[1])
+
+
+def test_shared_prefix_with_remainders_of_different_lengths_equals_hf(tiny_model_dir, tiny_tokenizer):
+    """Later steps of a group: a shared beginning, then remainders of several tokens and different
+    lengths, right-padded on top of the prefix's cache."""
+    model = load_model(tiny_model_dir)
+    common = tiny_tokenizer(TEXTS[0])["input_ids"]
+    tails = [tiny_tokenizer(t)["input_ids"] for t in (" Inventory: [oak planks] (4)", " Got 1 oak logs and more")]
+    prompts = [common + tails[0], common + tails[1], common + tails[1][:3]]
+    assert len({len(p) for p in prompts}) == 3 and min(len(t) for t in tails) > 3
+    backend = TorchBackend(model, tiny_tokenizer, min_shared_tokens=4)
+    out = backend.generate(prompts, SamplingParams(max_tokens=6, temperature=0.0))
+    assert backend.stats()["prefill_tokens_saved"] >= 2 * len(common)  # the beginning ran once
+    for prompt, gen in zip(prompts, out):
+        ref = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=None,
+                             pad_token_id=tiny_tokenizer.pad_token_id)[0, len(prompt):].tolist()
+        assert gen.token_ids == ref
+        assert torch.allclose(_reference_logprobs(model, prompt, gen.token_ids), torch.tensor(gen.logprobs), atol=1e-5)
