@@ -39,7 +39,9 @@ def train_args(out: Path, start_model: str, iterations: int = 2) -> list[str]:
             "trainer.eval_every=2", "trainer.eval_before_train=false", "eval.num_tasks=2",
             "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=4", "rollout.max_response_tokens=8",
             "learner.num_ranks=2", "learner.zero_stage=2", "learner.mini_batch_size=8", "learner.micro_batch_size=4",
-            "learner.lr=1e-3", "learner.kl_coef=0.01", "logging.wandb.mode=offline", "logging.progress_bar=true"]
+            "learner.lr=1e-3", "learner.kl_coef=0.01", "logging.wandb.mode=offline", "logging.progress_bar=true",
+            # a random policy never wins: the penalty on its invalid actions is what gives non-zero advantages
+            "rollout.invalid_action_penalty=0.1", "learner.skip_zero_advantage=false"]
 
 
 def run_cli(args: list[str], **kwargs) -> subprocess.Popen:
