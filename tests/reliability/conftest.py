@@ -1,20 +1,11 @@
-"""Fixtures of the reliability tests: one small tokenizer, one torch thread per process."""
+"""Fixtures of the reliability tests: one small tokenizer (one torch thread: tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from agentrl.data.demonstrations import corpus_texts
 from agentrl.models import train_tokenizer
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from agentrl.data.demonstrations import corpus_texts
 from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
 from rollout_helpers import TINY
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_torch_thread():
-    """The test machines are small and shared: one thread per process avoids oversubscription."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
