@@ -46,6 +46,8 @@ def add_arguments(parser) -> None:
                         help="steps per episode (default: the recipe's env.max_steps)")
     parser.add_argument("--max-response-tokens", type=int, default=None,
                         help="tokens per response (default: the recipe's rollout.max_response_tokens)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature (default: the recipe's rollout.temperature)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--backends", default="torch,vllm",
                         help="engine backends to measure, comma-separated; vllm is skipped where it is not "
@@ -61,7 +63,7 @@ def workload(args):
     overrides = []
     for flag, key in (("split", "env.train_split"), ("tasks", "env.tasks_per_iteration"),
                       ("group_size", "env.group_size"), ("max_steps", "env.max_steps"),
-                      ("max_response_tokens", "rollout.max_response_tokens")):
+                      ("max_response_tokens", "rollout.max_response_tokens"), ("temperature", "rollout.temperature")):
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={value}")

@@ -21,10 +21,13 @@ def test_workload_is_the_tiny_textcraft_recipe():
     assert (cfg.rollout.max_prompt_tokens, cfg.rollout.prompt_truncation, cfg.rollout.max_response_tokens) == \
         (192, "left", 28)
     assert (cfg.env.max_steps, cfg.env.train_split, cfg.env.tasks_per_iteration, cfg.env.group_size) == \
-        (12, "pool_depth2", 8, 8)
-    small = bench.workload(_args("--tasks", "2", "--group-size", "3", "--max-steps", "4", "--split", "depth2"))
+        (12, "pool_depth2", 16, 8)
+    assert cfg.rollout.temperature == 0.7
+    small = bench.workload(_args("--tasks", "2", "--group-size", "3", "--max-steps", "4", "--split", "depth2",
+                                 "--temperature", "1.0"))
     assert (small.env.tasks_per_iteration, small.env.group_size, small.env.max_steps, small.env.train_split) == \
         (2, 3, 4, "depth2")
+    assert small.rollout.temperature == 1.0
 
 
 def test_every_variant_plays_the_same_steps_on_left_truncated_prompts():
