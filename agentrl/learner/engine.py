@@ -180,9 +180,8 @@ class Learner:
 
     def _response_logprobs(self, logits: torch.Tensor, packed: PackedSequences, response_ids: torch.Tensor
                            ) -> torch.Tensor:
-        """Log-probs [n, R] of the response tokens under ``softmax(logits / T)`` from the kept
-        logits [n, K, V] (0 past each response); ``T`` is the rollout's sampling temperature."""
-        logits = self._scaled(logits)
+        """Log-probs [n, R] of the response tokens from kept logits [n, K, V] already divided by the
+        sampling temperature (:meth:`_scaled`); 0 past each response."""
         packed = packed.to(logits.device)
         pos, valid = response_positions(packed)
         logsumexp = torch.logsumexp(logits, dim=-1).gather(1, pos)
@@ -228,14 +227,14 @@ class Learner:
                 micro = batch.select(rows)
                 packed = pack_batch(micro)
                 out = self._forward(self.engine, packed, output_hidden_states=with_hidden)
-                old.append(self._response_logprobs(out.logits, packed, micro.response_ids).cpu())
+                old.append(self._response_logprobs(self._scaled(out.logits), packed, micro.response_ids).cpu())
                 if with_hidden:
                     states = out.hidden_states[layer]
                     hidden.append(last_prompt_states(states, packed.to(states.device)).float().cpu())
                 del out
                 if want_ref:
                     ref_logits = self._reference_forward(packed)
-                    ref.append(self._response_logprobs(ref_logits, packed, micro.response_ids).cpu())
+                    ref.append(self._response_logprobs(self._scaled(ref_logits), packed, micro.response_ids).cpu())
         finally:
             if self.ref_model is not None and self.ref_offloaded:
                 self.ref_model.to("cpu")
@@ -328,9 +327,10 @@ class Learner:
         micro = batch.select(rows)
         packed = pack_batch(micro)
         logits = self._forward(self.engine, packed).logits
+        logits = self._scaled(logits)  # once: the log-probs and the entropy use the same tempered logits
         logprobs = self._response_logprobs(logits, packed, micro.response_ids)
         with nullcontext() if settings.entropy_coef > 0 else torch.no_grad():
-            entropy = gather_response(entropy_from_logits(self._scaled(logits)), packed.to(logits.device))
+            entropy = gather_response(entropy_from_logits(logits), packed.to(logits.device))
         device = logprobs.device
         out = policy_loss(logprobs, micro.old_logprobs.to(device), micro.advantages.to(device),
                           micro.response_mask.to(device), settings,
