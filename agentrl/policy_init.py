@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from agentrl.config import Config
@@ -44,10 +45,24 @@ def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None)
         sft_dir = run.path / "sft_model"
         if is_model_dir(sft_dir):
             return str(sft_dir)
-        from agentrl.sft import run_sft
-
-        summary = run_sft(cfg, model, sft_dir, log=log)
-        if log:
-            log({f"sft/summary/{k}": v for k, v in summary.items()})
-        return str(sft_dir)
+        return warm_start(cfg, model, sft_dir, log)
     return model
+
+
+def warm_start(cfg: Config, model: str, sft_dir: Path, log: Callable[[dict], None] | None) -> str:
+    """SFT ``model`` into ``sft_dir``, or copy the same warm start from ``trainer.sft.cache_dir``."""
+    from agentrl import sft_cache
+    from agentrl.sft import run_sft
+
+    entry = sft_cache.cache_entry(cfg)
+    if entry is not None and is_model_dir(entry):
+        sft_cache.copy_model_dir(entry, sft_dir)
+        if log:
+            log({"sft/cache_hit": 1.0})
+        return str(sft_dir)
+    summary = run_sft(cfg, model, sft_dir, log=log)
+    if log:
+        log({f"sft/summary/{k}": v for k, v in summary.items()})
+    if entry is not None:
+        sft_cache.store(cfg, entry, sft_dir)
+    return str(sft_dir)

@@ -215,7 +215,11 @@ class SftConfig:
     epochs: float = F(3.0, "passes over the demonstrations", gt=0)
     lr: float = F(1e-3, "SFT learning rate", gt=0)
     batch_size: int = F(32, "(prompt, action) pairs per optimizer step", min=1)
-    max_minutes: float = F(0.0, "stop SFT after this many minutes; 0 = no limit", min=0)
+    max_minutes: float = F(0.0, "stop SFT after this many minutes; 0 = no limit (a time bound makes the warm start "
+                           "depend on the machine's load)", min=0)
+    cache_dir: str = F("", "reuse warm starts across runs: a directory holding one finished SFT model per set of "
+                       "settings it depends on (model, tokenizer, env, prompt, SFT settings, seed; not the "
+                       "estimator or RL settings); only step-bounded SFT (max_minutes = 0) is cached; '' = off")
 
 
 @dataclass

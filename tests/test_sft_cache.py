@@ -1,0 +1,70 @@
+"""trainer.sft.cache_dir: one warm start per set of settings it depends on, reused by later runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from agentrl.config import load_config
+from agentrl.models import load_model
+from agentrl.policy_init import starting_policy
+from agentrl.run_state import RunDirectory
+from agentrl.sft_cache import cache_entry, cache_key
+
+SMALL_SFT = ["trainer.sft.tasks=8", "trainer.sft.epochs=1", "trainer.sft.batch_size=8", "trainer.sft.max_minutes=0",
+             "tokenizer.corpus_tasks=20", "model.tiny.hidden_size=32", "model.tiny.num_layers=1",
+             "model.tiny.intermediate_size=64", "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1"]
+
+
+def tiny_config(tmp_path, recipe="textcraft_grpo_tiny", *extra):
+    return load_config(recipe, [*SMALL_SFT, f"trainer.output_dir={tmp_path / 'runs'}",
+                                f"trainer.sft.cache_dir={tmp_path / 'cache'}", "logging.wandb.mode=disabled", *extra])
+
+
+def weights(model_dir):
+    return {k: v.clone() for k, v in load_model(model_dir, dtype=torch.float32).state_dict().items()}
+
+
+def test_key_ignores_the_estimator_and_rl_settings_but_not_the_warm_start_ones(tmp_path):
+    base = cache_key(tiny_config(tmp_path))
+    assert cache_key(tiny_config(tmp_path, "textcraft_bipace_tiny", "learner.lr=1e-3", "rollout.temperature=1.0",
+                                 "env.group_size=4")) == base
+    for change in ("trainer.seed=1", "trainer.sft.epochs=2", "model.tiny.hidden_size=64",
+                   "rollout.max_prompt_tokens=128", "env.history_length=1"):
+        assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", change)) != base, change
+
+
+def test_time_bounded_sft_is_not_cached(tmp_path):
+    assert cache_entry(tiny_config(tmp_path)) is not None
+    assert cache_entry(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.max_minutes=1")) is None
+    assert cache_entry(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.cache_dir=''")) is None
+
+
+def test_second_run_copies_the_first_runs_warm_start(tmp_path):
+    first_log, second_log = [], []
+    cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=first")
+    first = starting_policy(cfg, RunDirectory.create(cfg, None), log=first_log.append)
+    assert any("sft/summary/steps" in m for m in first_log)
+    entry = cache_entry(cfg)
+    assert (entry / "config.json").is_file()
+    assert json.loads((entry / "warm_start_settings.json").read_text())["seed"] == 0
+
+    other = tiny_config(tmp_path, "textcraft_gigpo_tiny", "trainer.run_name=second")
+    second = starting_policy(other, RunDirectory.create(other, None), log=second_log.append)
+    assert second != first and second.endswith("second/sft_model")
+    assert {"sft/cache_hit": 1.0} in second_log and not any("sft/summary/steps" in m for m in second_log)
+    a, b = weights(first), weights(second)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("seed", [1])
+def test_a_different_seed_trains_its_own_warm_start(tmp_path, seed):
+    cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=a")
+    starting_policy(cfg, RunDirectory.create(cfg, None))
+    log = []
+    other = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=b", f"trainer.seed={seed}")
+    starting_policy(other, RunDirectory.create(other, None), log=log.append)
+    assert any("sft/summary/steps" in m for m in log)
+    assert len([p for p in (tmp_path / "cache").iterdir() if p.is_dir()]) == 2
