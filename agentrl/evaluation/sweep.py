@@ -18,7 +18,9 @@ A sweep file (YAML)::
       overrides: [eval.num_tasks=100]
 
 One cell is one ``agentrl train`` subprocess (then its ``agentrl eval``, when asked for) with the
-run directory ``<output_dir>/runs/<cell>`` and the log ``<output_dir>/logs/<cell>.log``. The
+run directory ``<output_dir>/runs/<cell>`` and the log ``<output_dir>/logs/<cell>.log``. Cells share
+SFT warm starts through ``trainer.sft.cache_dir=<output_dir>/sft_cache`` (a cell whose warm start
+settings and seed match an earlier cell's copies it; see ``agentrl.sft_cache``). The
 manifest ``<output_dir>/manifest.json`` (rewritten atomically at every change) holds each cell's
 state: pending, running, done or failed (with the return code and the tail of its log). Restarting
 the sweep skips done cells and runs the others again; an interrupted training run continues from
@@ -59,8 +61,10 @@ class Cell:
     overrides: list[str]
 
     def train_args(self, runs_dir: Path) -> list[str]:
-        return ["train", f"recipe={self.recipe}", *self.overrides, f"trainer.seed={self.seed}",
-                f"trainer.output_dir={runs_dir}", f"trainer.run_name={self.name}"]
+        # the cells of one sweep share SFT warm starts (before the overrides, so a sweep file can change it)
+        return ["train", f"recipe={self.recipe}", f"trainer.sft.cache_dir={runs_dir.parent / 'sft_cache'}",
+                *self.overrides, f"trainer.seed={self.seed}", f"trainer.output_dir={runs_dir}",
+                f"trainer.run_name={self.name}"]
 
 
 @dataclass

@@ -102,3 +102,18 @@ def test_sweep_file_errors_are_usage_errors(tmp_path):
     dry = run_cli(["sweep", f"sweep={good}", f"out={tmp_path / 'o'}", "--dry-run"])
     assert dry.returncode == 0 and "trainer.run_name=textcraft_grpo_tiny-seed1" in dry.stdout
     assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_cells_share_warm_starts_through_the_sweeps_sft_cache(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"recipes": ["textcraft_grpo_tiny", "textcraft_bipace_tiny"], "seeds": [0, 1],
+                                    "output_dir": str(tmp_path / "out")}))
+    spec = load_sweep(str(path))
+    for cell in spec.cells:
+        args = cell.train_args(spec.output_dir / "runs")
+        assert f"trainer.sft.cache_dir={tmp_path / 'out' / 'sft_cache'}" in args
+    path.write_text(yaml.safe_dump({"recipes": ["textcraft_grpo_tiny"], "output_dir": str(tmp_path / "out"),
+                                    "overrides": ["trainer.sft.cache_dir=/elsewhere"]}))
+    spec = load_sweep(str(path))
+    args = spec.cells[0].train_args(spec.output_dir / "runs")
+    assert args.index("trainer.sft.cache_dir=/elsewhere") > args.index(f"trainer.sft.cache_dir={tmp_path / 'out' / 'sft_cache'}")
