@@ -17,6 +17,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 $AGENTRL sweep sweep=sweeps/mini_textcraft.yaml out="$OUT" "$@"
 status=$?
+for arg in "$@"; do [[ $arg == --dry-run ]] && exit $status; done
 
 mkdir -p "$RESULTS"
 $AGENTRL table results="$OUT" --format md out="$RESULTS/mini_textcraft.md" plots="$RESULTS" || exit $?
