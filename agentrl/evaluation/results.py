@@ -13,6 +13,13 @@ gives one :class:`RunResult`, from the first of:
 
 Values are percentages. Column names: ALFWorld's task families by their short names (Pick ...
 Pick2), WebShop ``Score`` and ``Success``, TextCraft's ``depthN`` task types, and ``All``.
+
+When the run validated before training (a ``val/success_rate`` record at step 0: the starting
+policy, e.g. the SFT warm start), two more columns: ``Start``, that success, and ``Gain``, the
+run's success (``All``, WebShop ``Success``) minus ``Start``. Runs of one seed share their warm
+start across estimators, so ``Gain`` is the RL effect with the warm start's own spread removed.
+It is meaningful when the two numbers come from the same tasks (``agentrl eval`` of the whole
+validation split, or the run's last validation).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ METHOD_NAMES = {"grpo": "GRPO", "rloo": "RLOO", "gigpo": "GiGPO", "gagpo": "GAGP
 METHOD_ORDER = ("GRPO", "RLOO", "GiGPO", "GAGPO", "BiPACE")
 ALFWORLD_COLUMNS = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All")
 WEBSHOP_COLUMNS = ("Score", "Success")
+START_COLUMNS = ("Start", "Gain")   # success before training, and the run's success minus it
 
 
 @dataclass
@@ -128,6 +136,17 @@ def _from_metrics(run_dir: Path, env: str, metric: str) -> tuple[dict[str, float
     return values, f"val {metric}"
 
 
+def _starting_success(run_dir: Path) -> float | None:
+    """``val/success_rate`` (percent) of the validation before the first iteration, if there was one."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    for record in read_metrics(path):
+        if "val/success_rate" in record and record.get("step") == 0:
+            return 100 * record["val/success_rate"]
+    return None
+
+
 def load_run(run_dir: Path, variant: str | None = None, *, metric: str = "final",
              split: str | None = None) -> RunResult | None:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
@@ -145,6 +164,11 @@ def load_run(run_dir: Path, variant: str | None = None, *, metric: str = "final"
     if found is None:
         return None
     result.values, result.source = found
+    start = _starting_success(run_dir)
+    main = "Success" if env == "webshop" else "All"
+    if start is not None and main in result.values:
+        result.values["Start"] = start
+        result.values["Gain"] = result.values[main] - start
     return result
 
 
@@ -170,5 +194,5 @@ def published_rows() -> list[dict[str, Any]]:
     return [{**row, "source_text": data["sources"][row["source"]]} for row in data["rows"]]
 
 
-__all__ = ["RunResult", "collect", "env_columns", "find_runs", "load_run", "method_rank", "model_label",
+__all__ = ["START_COLUMNS", "RunResult", "collect", "env_columns", "find_runs", "load_run", "method_rank", "model_label",
            "published_rows"]

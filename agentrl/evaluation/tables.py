@@ -2,7 +2,8 @@
 
 One table per (environment, model). A measured row is one method over its seeds: each cell is
 ``mean ± std [95% t interval]`` of the per-seed percentages (just the mean for one seed); the
-best mean of every column among the measured rows is marked (bold, or ``best=true`` in CSV).
+best mean of every column among the measured rows is marked (bold, or ``best=true`` in CSV), except
+``Start`` (the starting policy's success, see :mod:`agentrl.evaluation.results`).
 Reference rows hold the papers' published numbers (``published.yaml``), labelled with their
 source; they are never marked best. For a tiny model every reference row of the environment is
 shown, for a Qwen2.5 model those of its size.
@@ -15,7 +16,7 @@ import io
 from dataclasses import dataclass
 from typing import Sequence
 
-from agentrl.evaluation.results import RunResult, env_columns, method_rank, published_rows
+from agentrl.evaluation.results import START_COLUMNS, RunResult, env_columns, method_rank, published_rows
 from agentrl.evaluation.stats import Stat, describe
 
 ENV_TITLES = {"alfworld": "ALFWorld (success %)", "webshop": "WebShop (score and success %)",
@@ -75,7 +76,7 @@ def build_tables(runs: Sequence[RunResult], *, references: bool = True) -> list[
     tables = []
     for (env, model), methods in sorted(groups.items()):
         present = {c for rs in methods.values() for r in rs for c in r.values}
-        columns = env_columns(env, present)
+        columns = env_columns(env, present) + tuple(c for c in START_COLUMNS if c in present)
         rows = []
         for method in sorted(methods, key=method_rank):
             seed_runs = methods[method]
@@ -84,6 +85,8 @@ def build_tables(runs: Sequence[RunResult], *, references: bool = True) -> list[
             rows.append(Row(method, cells, len(seed_runs)))
         best = {}
         for col in columns:
+            if col == "Start":      # the starting policy is not a result to rank
+                continue
             means = {r.method: r.cells[col].mean for r in rows if col in r.cells}
             if means:
                 top = max(means.values())
@@ -123,6 +126,9 @@ def to_markdown(tables: Sequence[Table]) -> str:
         out.append("")
         out.append("Measured rows: mean ± std over training seeds [95% Student-t interval]; best mean per column "
                    "in bold.")
+        if "Start" in table.columns:
+            out.append("Start: success of the starting policy (validation before training); Gain: the run's "
+                       "success minus its own Start, per seed.")
         sources = sorted({r.source for r in table.rows if r.kind == "published"})
         if sources:
             out.append("Published rows (mean ± std over 3 seeds as printed): " + "; ".join(sources) + ".")

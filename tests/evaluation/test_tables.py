@@ -116,3 +116,27 @@ def test_table_command_writes_the_table_and_a_plot(results, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert main(["table", f"results={tmp_path / 'nothing'}"]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_start_and_gain_columns_pair_each_seed_with_its_own_warm_start(tmp_path):
+    root = tmp_path / "r"
+    # seed 0 starts at 40 and ends at 50, seed 1 starts at 20 and ends at 26: gains 10 and 6
+    for estimator, finals in (("grpo", (0.5, 0.26)), ("gigpo", (0.45, 0.30))):
+        for seed, (start, final) in enumerate(zip((0.4, 0.2), finals)):
+            make_run(root, f"{estimator}-{seed}", "textcraft", estimator, seed,
+                     [(0, {"val/success_rate": start}), (12, {"val/success_rate": final})], model="tiny")
+    make_run(root, "no-start", "textcraft", "rloo", 0, [(12, {"val/success_rate": 0.9})], model="tiny")
+    runs = {r.run_dir.name: r for r in collect(root)}
+    assert runs["grpo-1"].values["Start"] == pytest.approx(20.0)
+    assert runs["grpo-1"].values["Gain"] == pytest.approx(6.0)
+    assert "Start" not in runs["no-start"].values
+    (table,) = build_tables(list(runs.values()), references=False)
+    assert table.columns == ("All", "Start", "Gain")
+    rows = {r.method: r for r in table.rows}
+    assert rows["GRPO"].cells["Gain"].mean == pytest.approx(8.0)
+    assert rows["GiGPO"].cells["Gain"].mean == pytest.approx(7.5)
+    assert rows["GRPO"].cells["Gain"].std == pytest.approx(math.sqrt(8.0))
+    assert table.best["Gain"] == {"GRPO"} and table.best["All"] == {"RLOO"} and "Start" not in table.best
+    md = render([table], "md")
+    assert "Gain: the run's success minus its own Start" in md
+    assert "| GRPO | 2 | 38.0" in md
