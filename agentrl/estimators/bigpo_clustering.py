@@ -8,10 +8,17 @@ Centroids (the sources do not say which; both are offered):
 
 * ``"seed"`` (default): a cluster's centroid is its first member, as in the reference code's
   similarity grouping. Every member then lies within eps of one real state, the radius keeps its
-  meaning as clusters grow, and the pass vectorises exactly: blocks of rows are compared with the
-  seeds found so far in one float32 matmul, and only the acceptance of the candidates (a few
-  per block) is resolved in Python. The result is identical to the row-by-row greedy pass; the
-  work is each row's cosine with every earlier seed of its group (rows x clusters, not rows^2).
+  meaning as clusters grow, and the pass vectorises exactly: blocks of ``BLOCK`` rows are compared
+  with the seeds found so far in one float32 matmul, the block's candidates (rows with no seed
+  within the radius) with the rows after them in a staircase of matmuls of ``CANDIDATE_CHUNK``
+  candidates (it skips most of the pairs that a row cannot join, about 8 % of the FLOPs on the
+  bench workload), and only the acceptance of the candidates is resolved in Python. The result is
+  identical to the row-by-row greedy pass; the work is each row's cosine with every earlier seed
+  of its group (rows x clusters, not rows^2). Groups are independent: with
+  ``torch.get_num_threads()`` > 1 they are spread over that many Python threads, each matmul on
+  one intra-op thread (the matmuls release the GIL and are most of the time; a two-thread matmul
+  per block gains little at these shapes, and on cores shared with other processes it stalls at
+  the barrier after every product).
 * ``"mean"``: the l2-normalised running mean of the members. Each row depends on every earlier
   join, so this loops over rows (with a vectorised distance to all centroids).
 
@@ -22,6 +29,7 @@ rounds to slightly below 1.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -29,6 +37,8 @@ import torch.nn.functional as F
 
 DISTANCE_TOLERANCE = 1e-6
 CENTROIDS = ("seed", "mean")
+BLOCK = 64              # rows per matmul against the earlier seeds
+CANDIDATE_CHUNK = 16    # candidates per matmul of the staircase within a block
 
 
 def group_row_blocks(group: torch.Tensor, num_groups: int) -> list[torch.Tensor]:
@@ -37,14 +47,18 @@ def group_row_blocks(group: torch.Tensor, num_groups: int) -> list[torch.Tensor]
     return list(torch.split(order, torch.bincount(group, minlength=num_groups).tolist()))
 
 
-def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> np.ndarray:
+def _seed_clusters(x: torch.Tensor, threshold: float, block: int, chunk: int = CANDIDATE_CHUNK) -> np.ndarray:
     """Seed row (local index) of every row of one group, by blocks of ``block`` rows.
 
-    For each block: one matmul against the seeds found so far; the rows left without a seed
-    within the radius (the candidates) get one matmul against the block; the candidates are
-    accepted in order unless an earlier accepted candidate is within the radius (a short loop
-    over booleans); every row then takes the most similar seed before it (first maximum: the
-    older seed). Each similarity is computed once, so every decision reads the same number.
+    For each block: one matmul against the seeds found so far gives every row its most similar
+    earlier seed (first maximum: the older one) and the rows left without a seed within the
+    radius (the candidates). The candidates are copied to the end of the seed buffer and the
+    block's rows from each candidate on get their cosines with it, ``chunk`` candidates per
+    matmul (a staircase: rows before a chunk's first candidate can neither join it nor block it).
+    A candidate is accepted in order unless its cosine with an earlier accepted candidate is
+    within the radius (a short loop over booleans); the accepted ones stay in the seed buffer,
+    and a row moves to a new seed if that one is strictly more similar than its best earlier
+    seed (first maximum again). Each decision about a pair reads the one number computed for it.
     The matmuls are ``torch.mm`` on zero-copy views; the bookkeeping is numpy (on CPU a torch op
     costs several times a numpy op, and there are a dozen per block).
     """
@@ -64,35 +78,45 @@ def _seed_clusters(x: torch.Tensor, threshold: float, block: int) -> np.ndarray:
         if k:
             old = torch.mm(rows_t, seed_t[:k].t()).numpy()
             old /= row_norm[:, None] * seed_norm[None, :k]
-            candidates = np.flatnonzero(old.max(axis=1) < threshold)
+            old_arg = old.argmax(axis=1)
+            old_best = old[np.arange(b), old_arg]
+            owner[start:start + b] = seed_row[old_arg]
+            candidates = np.flatnonzero(old_best < threshold)
         else:
-            old = None
             candidates = np.arange(b)
-        new_local = candidates
-        if candidates.size:
-            first = int(candidates[0])                      # rows before it cannot join a new seed
-            cand_sims = torch.mm(rows_t[first:], torch.from_numpy(rows[candidates]).t()).numpy()
-            cand_sims /= row_norm[first:, None] * row_norm[candidates][None, :]
-            close = cand_sims[candidates - first] >= threshold
-            blocked = np.zeros(candidates.size, dtype=bool)
-            accepted = []
-            for c in range(candidates.size):                # in order; blocked by an earlier seed
-                if not blocked[c]:
-                    accepted.append(c)
-                    blocked |= close[c]
-            new_local = candidates[accepted]
-            new = np.full((b, new_local.size), -np.inf, dtype=xs.dtype)
-            joinable = cand_sims[:, accepted]
-            joinable[np.arange(first, b)[:, None] <= new_local[None, :]] = -np.inf   # only later rows join
-            new[first:] = joinable
-            old = new if old is None else np.concatenate([old, new], axis=1)
-            m = new_local.size
-            seed_vec[k:k + m] = rows[new_local]
-            seed_norm[k:k + m] = row_norm[new_local]
-            seed_row[k:k + m] = new_local + start
-            k += m
-        owner[start:start + b] = seed_row[old.argmax(axis=1)]   # first maximum: the older seed
+        nc = candidates.size
+        if not nc:
+            continue
+        first = int(candidates[0])                          # rows before it cannot join a new seed
+        np.take(rows, candidates, axis=0, out=seed_vec[k:k + nc])
+        cand_t = seed_t[k:k + nc]
+        sims = np.empty((b - first, nc), dtype=xs.dtype)    # rows from ``first`` on x candidates
+        for c in range(0, nc, chunk):
+            r = int(candidates[c])
+            sims[:r - first, c:c + chunk] = -np.inf
+            sims[r - first:, c:c + chunk] = torch.mm(rows_t[r:], cand_t[c:c + chunk].t()).numpy()
+        sims /= row_norm[first:, None] * row_norm[candidates][None, :]
+        close = (sims[candidates - first] >= threshold).T.copy()   # close[c, j]: j within the radius of c
+        blocked = np.zeros(nc, dtype=bool)
+        accepted = []
+        for c in range(nc):                                 # in order; blocked by an earlier seed
+            if not blocked[c]:
+                accepted.append(c)
+                blocked |= close[c]
+        m = len(accepted)
+        new_local = candidates[accepted]
+        if m < nc:
+            seed_vec[k:k + m] = seed_vec[k + np.asarray(accepted)]
+            sims = sims[:, accepted]
+        seed_norm[k:k + m] = row_norm[new_local]
+        seed_row[k:k + m] = new_local + start
+        sims[np.arange(first, b)[:, None] <= new_local[None, :]] = -np.inf    # only later rows join
+        new_arg = sims.argmax(axis=1)
+        new_best = sims[np.arange(b - first), new_arg]
+        moved = np.flatnonzero(new_best > old_best[first:] if k else new_best > -np.inf)
+        owner[start + first + moved] = seed_row[k + new_arg[moved]]
         owner[new_local + start] = new_local + start
+        k += m
     return owner
 
 
@@ -119,27 +143,48 @@ def _mean_clusters(x: torch.Tensor, threshold: float) -> torch.Tensor:
     return label
 
 
+def _map_groups(fn, items: list) -> list:
+    """``[fn(i) for i in items]``, on ``torch.get_num_threads()`` threads when that is more than one.
+
+    The groups are independent, so each worker clusters whole groups with one intra-op thread
+    (set for the duration of the call, then restored): ``torch.mm`` and the large numpy ops
+    release the GIL, and unlike a two-thread matmul per block nothing waits on a barrier.
+    """
+    threads = min(torch.get_num_threads(), len(items))
+    if threads <= 1:
+        return [fn(i) for i in items]
+    intra = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(intra)
+
+
 def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups: int, eps: float,
-                           centroid: str = "seed", block: int = 64) -> tuple[torch.Tensor, int]:
+                           centroid: str = "seed", block: int = BLOCK) -> tuple[torch.Tensor, int]:
     """Cluster id (0..K-1, numbered group by group in order of creation) for every row."""
     n = hidden.shape[0]
     labels = torch.empty(n, dtype=torch.int64)
     threshold = 1.0 - float(eps) - DISTANCE_TOLERANCE
-    offset = 0
-    for rows in group_row_blocks(group, num_groups):
-        if rows.numel() == 0:
-            continue
+
+    def local_labels(rows: torch.Tensor) -> torch.Tensor:
         first = int(rows[0])
         contiguous = int(rows[-1]) - first + 1 == rows.numel()
         x = hidden[first:first + rows.numel()] if contiguous else hidden[rows]   # a view when possible
         x = x.detach().to(torch.float32)
         if centroid == "seed":
-            local = torch.from_numpy(np.unique(_seed_clusters(x.contiguous(), threshold, block),
-                                               return_inverse=True)[1].reshape(-1))
-        else:
-            local = _mean_clusters(F.normalize(x, dim=1), threshold)
-        labels[rows] = local + offset
-        offset += int(local.max()) + 1
+            return torch.from_numpy(np.unique(_seed_clusters(x.contiguous(), threshold, block),
+                                              return_inverse=True)[1].reshape(-1))
+        return _mean_clusters(F.normalize(x, dim=1), threshold)
+
+    groups = [rows for rows in group_row_blocks(group, num_groups) if rows.numel()]
+    local = _map_groups(local_labels, groups) if centroid == "seed" else [local_labels(r) for r in groups]
+    offset = 0
+    for rows, ids in zip(groups, local):
+        labels[rows] = ids + offset
+        offset += int(ids.max()) + 1
     return labels, offset
 
 

@@ -1,0 +1,67 @@
+"""BiGPO seed clustering: every block size, candidate chunk and thread count gives the labels of the
+row-by-row greedy pass."""
+
+import threading
+
+import pytest
+import torch
+
+from agentrl.bench._estimators_reference import reference_clusters
+from agentrl.bench.estimators import make_workload
+from agentrl.estimators import bigpo_clustering
+from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
+
+EPS = 0.10
+
+
+@pytest.fixture(scope="module")
+def batch():
+    # 6 groups of 120 rows, about half of them seeds: many candidates per block, several chunks
+    return make_workload(num_trajectories=24, num_groups=6, steps=30, hidden_size=64, seed=1)
+
+
+@pytest.fixture(scope="module")
+def reference(batch):
+    return torch.tensor(reference_clusters(batch, EPS, "seed"))
+
+
+@pytest.fixture
+def threads():
+    saved = torch.get_num_threads()
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("block", [1, 5, 64, 128])
+@pytest.mark.parametrize("chunk", [1, 3, 16, 1000])
+def test_block_and_chunk_sizes_give_the_row_by_row_labels(batch, reference, block, chunk, monkeypatch):
+    seed_clusters = bigpo_clustering._seed_clusters
+    monkeypatch.setattr(bigpo_clustering, "_seed_clusters",
+                        lambda x, threshold, block: seed_clusters(x, threshold, block, chunk))
+    group, num_groups = batch.group_segments()
+    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, block=block)
+    assert num == int(reference.max()) + 1 > 200
+    assert torch.equal(labels, reference)
+
+
+def test_groups_run_on_the_torch_threads_with_identical_labels(batch, threads, monkeypatch):
+    perm = torch.randperm(len(batch), generator=torch.Generator().manual_seed(0)).tolist()
+    shuffled = batch.select(perm)                       # groups interleaved: gathered, not views
+    group, num_groups = shuffled.group_segments()
+    torch.set_num_threads(1)
+    single, num_single = greedy_cosine_clusters(shuffled.hidden, group, num_groups, EPS)
+
+    seen = []
+    seed_clusters = bigpo_clustering._seed_clusters
+
+    def recording(*args, **kwargs):
+        seen.append((threading.get_ident(), torch.get_num_threads()))
+        return seed_clusters(*args, **kwargs)
+
+    monkeypatch.setattr(bigpo_clustering, "_seed_clusters", recording)
+    torch.set_num_threads(2)
+    labels, num = greedy_cosine_clusters(shuffled.hidden, group, num_groups, EPS)
+    assert torch.get_num_threads() == 2                 # restored after the parallel section
+    assert torch.equal(labels, single) and num == num_single
+    assert len(seen) == num_groups
+    assert all(ident != threading.get_ident() and intra == 1 for ident, intra in seen)
