@@ -24,7 +24,8 @@ from agentrl.estimators import uses_action_level_ratio
 from agentrl.learner import distributed
 from agentrl.learner.losses import (ADDITIVE_METRICS, LossSettings, entropy_from_logits, inputs_finite,
                                     loss_denominator, policy_loss)
-from agentrl.learner.sequences import (PackedSequences, gather_response, last_prompt_states, minibatch_plan, pack,
+from agentrl.learner.hidden_capture import LastPromptCapture
+from agentrl.learner.sequences import (PackedSequences, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions)
 from agentrl.models.loading import load_model, load_tokenizer
 
@@ -167,11 +168,10 @@ class Learner:
         return layer
 
     # ---------------------------------------------------------------------------------- forward
-    def _forward(self, model, packed: PackedSequences, output_hidden_states: bool = False):
+    def _forward(self, model, packed: PackedSequences):
         packed = packed.to(self.torch_device)
         return model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                     position_ids=packed.position_ids, logits_to_keep=packed.logits_to_keep,
-                     output_hidden_states=output_hidden_states, use_cache=False)
+                     position_ids=packed.position_ids, logits_to_keep=packed.logits_to_keep, use_cache=False)
 
     def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
         """Float32 logits divided by the rollout's sampling temperature (``rollout.temperature``)."""
@@ -226,11 +226,14 @@ class Learner:
                     continue
                 micro = batch.select(rows)
                 packed = pack_batch(micro)
-                out = self._forward(self.engine, packed, output_hidden_states=with_hidden)
+                if with_hidden:     # a hook keeps [rows, hidden] at the last prompt tokens, not every layer
+                    with LastPromptCapture(self.engine.module, layer, self.num_layers,
+                                           packed.prompt_lengths - 1) as capture:
+                        out = self._forward(self.engine, packed)
+                    hidden.append(capture.states.float().cpu())
+                else:
+                    out = self._forward(self.engine, packed)
                 old.append(self._response_logprobs(self._scaled(out.logits), packed, micro.response_ids).cpu())
-                if with_hidden:
-                    states = out.hidden_states[layer]
-                    hidden.append(last_prompt_states(states, packed.to(states.device)).float().cpu())
                 del out
                 if want_ref:
                     ref_logits = self._reference_forward(packed)

@@ -95,12 +95,6 @@ def gather_response(per_position: torch.Tensor, packed: PackedSequences) -> torc
     return per_position.gather(1, index)
 
 
-def last_prompt_states(hidden_states: torch.Tensor, packed: PackedSequences) -> torch.Tensor:
-    """The hidden state [n, d] at each row's last prompt token from a full-length [n, T, d] tensor."""
-    rows = torch.arange(hidden_states.shape[0], device=hidden_states.device)
-    return hidden_states[rows, packed.prompt_lengths.to(hidden_states.device) - 1]
-
-
 # ----------------------------------------------------------------------------------- update plan
 def minibatch_plan(num_rows: int, mini_batch_size: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
     """Row indices of every mini-batch: ``epochs`` shuffled passes, each cut into mini-batches."""
