@@ -30,7 +30,7 @@ def cli_env() -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false"}
 
 
-def run_cli(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "agentrl.cli.main", *args], env=cli_env(), timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
