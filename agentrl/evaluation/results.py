@@ -73,13 +73,25 @@ def model_label(name_or_path: str) -> str:
     return "tiny" if name_or_path == "tiny" else Path(str(name_or_path)).name
 
 
+def unfinished_cells(results: Path) -> dict[str, str]:
+    """Cell name -> state of a sweep's cells that are not done (none without a manifest)."""
+    manifest = results / "manifest.json"
+    if not manifest.is_file():
+        return {}
+    cells = json.loads(manifest.read_text()).get("cells", {})
+    return {name: cell.get("state", "?") for name, cell in cells.items() if cell.get("state") != "done"}
+
+
 def find_runs(results: Path) -> list[tuple[Path, str | None]]:
-    """``(run_dir, variant)`` of every run under ``results`` (the manifest's, when there is one)."""
+    """``(run_dir, variant)`` of every run under ``results``: with a sweep manifest, its done cells
+    (a running, pending or failed cell's numbers are partial); else every run directory found."""
     manifest = results / "manifest.json"
     if manifest.is_file():
         cells = json.loads(manifest.read_text()).get("cells", {})
         runs = []
         for name, cell in cells.items():
+            if cell.get("state") != "done":
+                continue
             run_dir = Path(cell["run_dir"])
             if not run_dir.is_absolute() and not run_dir.exists():
                 run_dir = results / "runs" / name
@@ -194,5 +206,5 @@ def published_rows() -> list[dict[str, Any]]:
     return [{**row, "source_text": data["sources"][row["source"]]} for row in data["rows"]]
 
 
-__all__ = ["START_COLUMNS", "RunResult", "collect", "env_columns", "find_runs", "load_run", "method_rank", "model_label",
+__all__ = ["START_COLUMNS", "RunResult", "collect", "env_columns", "find_runs", "load_run", "unfinished_cells", "method_rank", "model_label",
            "published_rows"]

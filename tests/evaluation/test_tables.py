@@ -140,3 +140,17 @@ def test_start_and_gain_columns_pair_each_seed_with_its_own_warm_start(tmp_path)
     md = render([table], "md")
     assert "Gain: the run's success minus its own Start" in md
     assert "| GRPO | 2 | 38.0" in md
+
+
+def test_a_sweeps_unfinished_cells_are_left_out_of_the_table(tmp_path, capsys):
+    root = tmp_path / "sweep"
+    cells = {}
+    for name, state in (("grpo-0", "done"), ("grpo-1", "running"), ("grpo-2", "failed")):
+        run = make_run(root / "runs", name, "textcraft", "grpo", int(name[-1]),
+                       [(0, {"val/success_rate": 0.2}), (6, {"val/success_rate": 0.4})], model="tiny")
+        cells[name] = {"state": state, "run_dir": str(run)}
+    (root / "manifest.json").write_text(json.dumps({"cells": cells}))
+    assert [r.run_dir.name for r in collect(root)] == ["grpo-0"]
+    assert main(["table", f"results={root}", "--format", "csv", "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert "left out 2 sweep cell(s) that are not done: grpo-1 (running), grpo-2 (failed)" in err

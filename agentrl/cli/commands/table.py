@@ -51,10 +51,14 @@ def run(args) -> int:
     if metric not in ("final", "peak"):
         raise UsageError(f"metric={metric!r}: expected final or peak")
     from agentrl.evaluation.plots import plot_learning_curves
-    from agentrl.evaluation.results import collect
+    from agentrl.evaluation.results import collect, unfinished_cells
     from agentrl.evaluation.tables import build_tables, render
 
     runs = collect(results, metric=metric, split=options.get("split"))
+    left_out = unfinished_cells(results)
+    if left_out:
+        listed = ", ".join(f"{name} ({state})" for name, state in left_out.items())
+        print(f"[table] left out {len(left_out)} sweep cell(s) that are not done: {listed}", file=sys.stderr)
     if not runs:
         raise UsageError(f"no run with results under {results} (no eval summary.json nor validation metrics yet)")
     text = render(build_tables(runs, references=not args.no_reference), args.format)
