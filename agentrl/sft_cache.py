@@ -27,15 +27,19 @@ from agentrl.config import Config
 # the environment and rollout settings that shape the demonstrations, prompts and tokenizer corpus
 ENV_KEYS = ("name", "max_steps", "train_split", "history_length", "kwargs")
 ROLLOUT_KEYS = ("max_prompt_tokens", "prompt_truncation", "enable_thinking", "show_admissible", "prompt_style")
+# trainer.sft settings that say where or whether SFT runs, not what it trains: the same warm start is
+# found through "runs/cache", "./runs/cache" or an absolute path, and with enabled=auto or true
+SFT_KEYS_NOT_IN_KEY = ("cache_dir", "enabled")
 
 
 def warm_start_settings(cfg: Config) -> dict:
     """Every setting the warm start depends on, as plain data."""
     env = dataclasses.asdict(cfg.env)
     rollout = dataclasses.asdict(cfg.rollout)
+    sft = {k: v for k, v in dataclasses.asdict(cfg.trainer.sft).items() if k not in SFT_KEYS_NOT_IN_KEY}
     return {"agentrl": agentrl.__version__, "model": dataclasses.asdict(cfg.model),
             "tokenizer": dataclasses.asdict(cfg.tokenizer), "env": {k: env[k] for k in ENV_KEYS},
-            "rollout": {k: rollout[k] for k in ROLLOUT_KEYS}, "sft": dataclasses.asdict(cfg.trainer.sft),
+            "rollout": {k: rollout[k] for k in ROLLOUT_KEYS}, "sft": sft,
             "seed": cfg.trainer.seed}
 
 

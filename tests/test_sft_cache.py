@@ -35,6 +35,14 @@ def test_key_ignores_the_estimator_and_rl_settings_but_not_the_warm_start_ones(t
         assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", change)) != base, change
 
 
+def test_key_does_not_depend_on_how_the_cache_dir_is_spelled(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = cache_key(tiny_config(tmp_path))
+    for spelling in ("cache", "./cache", str(tmp_path / "cache") + "/"):
+        assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", f"trainer.sft.cache_dir={spelling}")) == base
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.enabled=true")) == base
+
+
 def test_time_bounded_sft_is_not_cached(tmp_path):
     assert cache_entry(tiny_config(tmp_path)) is not None
     assert cache_entry(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.max_minutes=1")) is None
