@@ -102,3 +102,24 @@ def test_to_device_moves_every_tensor():
     moved = b.to("meta")
     assert moved.prompt_ids.device.type == "meta" and moved.advantages.device.type == "meta"
     assert moved.action == b.action
+
+
+def test_anchor_keys_number_each_groups_observations_and_travel_with_the_rows(tmp_path):
+    records = make_records()
+    for r in records:  # two observations per group: "obs g first" at step 0, "obs g later" after it
+        r["anchor_obs"] = f"obs {r['group_id']} " + ("first" if r["step"] == 0 else "later")
+    plain = StepBatch.from_records(records)
+    assert plain.anchor_key is None
+    keyed = plain.with_anchor_keys()
+    assert keyed.anchor_key.tolist() == [0, 1, 1] * 4
+    assert StepBatch.from_records([dict(r, anchor_key=k) for r, k in
+                                   zip(records, keyed.anchor_key.tolist())]).anchor_key.tolist() == [0, 1, 1] * 4
+    part = keyed.select(torch.tensor([4, 5, 0]))
+    assert part.anchor_key.tolist() == [1, 1, 0]
+    both = StepBatch.concat([keyed, keyed.offset_ids(traj_offset=4, group_offset=100)])
+    assert both.anchor_key.tolist() == [0, 1, 1] * 8
+    assert torch.equal(StepBatch.load(keyed.save(tmp_path / "b")).anchor_key, keyed.anchor_key)
+    with pytest.raises(ValueError, match="cannot concatenate StepBatches with different columns"):
+        StepBatch.concat([keyed, plain])
+    with pytest.raises(ValueError, match="anchor_key must be >= 0"):
+        keyed.with_columns(anchor_key=-keyed.anchor_key - 1)

@@ -20,6 +20,11 @@ Every estimator is timed (median of ``--repeats`` runs) against the per-record P
 of :mod:`agentrl.bench._estimators_reference` (median of up to ``--repeats`` runs, stopping once
 2 s are spent, so the slow references run once), and the two outputs must agree to 1e-6
 (absolute plus relative).
+
+The batch carries ``anchor_key``, the per-group observation numbers the rollout engine records
+with every step (so the estimators' exact state grouping reads integers); ``gigpo_no_anchor_key``
+times GiGPO on the same batch without them, grouping the 6,400 strings itself. The references
+always group the strings.
 """
 
 from __future__ import annotations
@@ -32,14 +37,17 @@ import time
 import torch
 
 from agentrl.data import StepBatch
+from agentrl.data.step_batch import number_in_groups
 
 HELP = "time the advantage estimators (6,400 step records, hidden 3,584) against per-record references"
 
-# (label, estimator name, params)
+# (label, estimator name, params); the batch carries the rollout engine's anchor keys
+# (StepBatch.anchor_key) except in the cases of WITHOUT_ANCHOR_KEYS, which group the strings
 CASES = (
     ("grpo", "grpo", {}),
     ("rloo", "rloo", {}),
     ("gigpo", "gigpo", {}),
+    ("gigpo_no_anchor_key", "gigpo", {}),
     ("gigpo_similarity", "gigpo", {"enable_similarity": True, "similarity_thresh": 0.95}),
     ("gagpo", "gagpo", {}),
     ("bipace_q", "bipace", {"pace": "q"}),
@@ -47,6 +55,7 @@ CASES = (
     ("bipace_q_mean_centroid", "bipace", {"pace": "q", "centroid": "mean"}),
 )
 
+WITHOUT_ANCHOR_KEYS = ("gigpo_no_anchor_key",)
 REFERENCE_BUDGET_MS = 2000.0   # a reference repeats (up to --repeats times) until this much time is spent
 
 ROOMS = ("countertop", "cabinet", "drawer", "fridge", "sinkbasin", "shelf", "microwave", "stoveburner")
@@ -121,7 +130,7 @@ def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int 
                   for g, t, k, s, new in zip(group.tolist(), traj.tolist(), step.tolist(), state.tolist(),
                                              novel.tolist())]
     return StepBatch(
-        group_id=group, traj_id=traj, step=step,
+        group_id=group, traj_id=traj, step=step, anchor_key=torch.tensor(number_in_groups(group.tolist(), anchor_obs)),
         prompt_ids=torch.ones(n, 4, dtype=torch.int64), prompt_lengths=torch.full((n,), 4),
         response_ids=response, response_mask=torch.ones(n, response_len), rollout_logprobs=torch.zeros(n, response_len),
         reward=reward, done=last, episode_return=episode_return, success=won[traj], action_valid=~invalid,
@@ -208,15 +217,17 @@ def run(args) -> int:
     workload["bigpo_gemm_bound_ms"] = round(workload["bigpo_gflop"] / workload["gemm_gflops"] * 1e3, 1)
     results: dict[str, dict[str, float]] = {}
     ok = True
+    string_batch = batch.with_columns(anchor_key=None)
     for label, name, params in CASES:
         if args.only and label not in args.only:
             continue
-        fast, diagnostics = compute_advantages(name, batch, **params)       # warm-up and output check
-        ms = _time_ms(lambda: compute_advantages(name, batch, **params), args.repeats)
+        case_batch = string_batch if label in WITHOUT_ANCHOR_KEYS else batch
+        fast, diagnostics = compute_advantages(name, case_batch, **params)       # warm-up and output check
+        ms = _time_ms(lambda: compute_advantages(name, case_batch, **params), args.repeats)
         reference_runs: list[float] = []           # the slow references run once, the fast ones repeat
         while len(reference_runs) < args.repeats and sum(reference_runs) < REFERENCE_BUDGET_MS:
             start = time.perf_counter()
-            reference = reference_advantages(name, batch, **params)
+            reference = reference_advantages(name, case_batch, **params)
             reference_runs.append((time.perf_counter() - start) * 1e3)
         reference_ms = statistics.median(reference_runs)
         diff = (fast.double() - reference).abs()

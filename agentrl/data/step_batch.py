@@ -24,6 +24,8 @@ episode_return      float32 [N]       sum of the trajectory's rewards (same on e
 success             bool [N]          the trajectory won (same on every row of it)
 action_valid        bool [N]          the response parsed into a valid action
 anchor_obs          list[str]         raw env observation the step acted on (no prompt template)
+anchor_key          int64 [N]         optional: the collector's number for anchor_obs inside the row's group
+                                      (equal strings of a group, equal keys; see below)
 action              list[str]         parsed action text ("" when invalid)
 task_type           list[str]         task category (per-type metrics and tables)
 hidden              float32 [N, d]    actor hidden state at the last prompt token (learner pass)
@@ -33,7 +35,13 @@ advantages          float32 [N]       one advantage per step record (estimator)
 ==================  ================  ===================================================================
 
 ``hidden``, ``old_logprobs``, ``ref_logprobs`` and ``advantages`` are ``None`` until the stage
-that fills them has run. ``extras`` holds further per-row tensors (first dimension N) that a
+that fills them has run. ``anchor_key`` is filled by the rollout engine: it numbers the distinct
+observations of each group 0, 1, ... as it records them, so two rows of one group have the same
+key exactly when their ``anchor_obs`` are equal. The estimators group states by it instead of
+hashing 6,400 strings per batch; without it (``None``) they derive the same grouping from
+``anchor_obs``. Keys are only comparable inside a group, so ``select``, ``concat`` of whole
+groups and :meth:`offset_ids` keep them valid; whoever edits ``anchor_obs`` must drop or renumber
+them (:meth:`with_anchor_keys`). ``extras`` holds further per-row tensors (first dimension N) that a
 component wants to carry along, e.g. an estimator's per-row loss weights.
 """
 
@@ -51,7 +59,7 @@ REQUIRED_TENSORS = (
     "group_id", "traj_id", "step", "prompt_ids", "prompt_lengths", "response_ids", "response_mask",
     "rollout_logprobs", "reward", "done", "episode_return", "success", "action_valid",
 )
-OPTIONAL_TENSORS = ("hidden", "old_logprobs", "ref_logprobs", "advantages")
+OPTIONAL_TENSORS = ("hidden", "old_logprobs", "ref_logprobs", "advantages", "anchor_key")
 STRING_COLUMNS = ("anchor_obs", "action", "task_type")
 TOKEN_COLUMNS = ("prompt_ids", "response_ids", "response_mask", "rollout_logprobs", "old_logprobs", "ref_logprobs")
 _DTYPES = {
@@ -60,7 +68,7 @@ _DTYPES = {
     "rollout_logprobs": torch.float32, "reward": torch.float32, "done": torch.bool,
     "episode_return": torch.float32, "success": torch.bool, "action_valid": torch.bool,
     "hidden": torch.float32, "old_logprobs": torch.float32, "ref_logprobs": torch.float32,
-    "advantages": torch.float32,
+    "advantages": torch.float32, "anchor_key": torch.int64,
 }
 
 
@@ -103,6 +111,7 @@ class StepBatch:
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    anchor_key: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     pad_id: int = 0
 
@@ -116,6 +125,9 @@ class StepBatch:
                 raise TypeError(f"StepBatch.{name} must be a tensor, got {type(value).__name__}")
             if value.shape[0] != n:
                 raise ValueError(f"StepBatch.{name} has {value.shape[0]} rows, expected {n}")
+        if self.anchor_key is not None and n and int(self.anchor_key.min()) < 0:
+            raise ValueError("StepBatch.anchor_key must be >= 0 (each group's observations numbered 0, 1, ...); "
+                             "renumber with batch.with_anchor_keys() or pass anchor_key=None")
         for name in STRING_COLUMNS:
             value = getattr(self, name)
             if len(value) != n:
@@ -137,8 +149,8 @@ class StepBatch:
         ``done``, ``success``, ``anchor_obs``; optional: ``response_mask`` (default ones over the
         response), ``rollout_logprobs`` (default zeros), ``action_valid`` (default True),
         ``action`` and ``task_type`` (default ""), ``episode_return`` (default: the sum of the
-        trajectory's rewards), and ``hidden``/``old_logprobs``/``ref_logprobs``/``advantages``,
-        taken when every record has them.
+        trajectory's rewards), and ``hidden``/``old_logprobs``/``ref_logprobs``/``advantages``/
+        ``anchor_key``, taken when every record has them.
         """
         records = list(records)
         if not records:
@@ -186,6 +198,8 @@ class StepBatch:
                 kwargs[name] = _pad_width(_pad_2d(col[name], torch.float32), kwargs["response_ids"].shape[1], 0.0)
         if "advantages" in col and all(v is not None for v in col["advantages"]):
             kwargs["advantages"] = torch.tensor(col["advantages"], dtype=torch.float32)
+        if "anchor_key" in col and all(v is not None for v in col["anchor_key"]):
+            kwargs["anchor_key"] = torch.tensor(col["anchor_key"], dtype=torch.int64)
         return cls(**kwargs)
 
     # ----- basic properties ----------------------------------------------------------------------
@@ -256,6 +270,13 @@ class StepBatch:
         strings = {k: [s for b in batches for s in getattr(b, k)] for k in STRING_COLUMNS}
         return first._rebuild(tensors, strings)
 
+    def with_anchor_keys(self) -> "StepBatch":
+        """A copy whose ``anchor_key`` numbers each group's distinct ``anchor_obs`` in order of first
+        appearance (what the rollout engine records), e.g. after editing ``anchor_obs``."""
+        return dataclasses.replace(self, anchor_key=torch.tensor(number_in_groups(self.group_id.tolist(),
+                                                                                  self.anchor_obs)),
+                                   extras=dict(self.extras))
+
     def offset_ids(self, traj_offset: int, group_offset: int) -> "StepBatch":
         """A copy with ``traj_id``/``group_id`` shifted (to concatenate independent rollouts)."""
         return dataclasses.replace(self, traj_id=self.traj_id + traj_offset, group_id=self.group_id + group_offset,
@@ -320,10 +341,20 @@ class StepBatch:
         return cls(**fields, **{k: meta[k] for k in STRING_COLUMNS}, extras=extras, pad_id=pad_id)
 
 
+def number_in_groups(groups: Sequence[int], values: Sequence[str]) -> list[int]:
+    """For each row, the index of its value among its group's distinct values (first appearance first)."""
+    seen: dict[int, dict[str, int]] = {}
+    out = []
+    for g, v in zip(groups, values):
+        table = seen.setdefault(g, {})
+        out.append(table.setdefault(v, len(table)))
+    return out
+
+
 def segment_ids(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Map arbitrary integer keys to contiguous segment ids ``0..S-1`` (sorted by key)."""
     uniq, inverse = torch.unique(keys, sorted=True, return_inverse=True)
     return inverse, int(uniq.numel())
 
 
-__all__ = ["StepBatch", "segment_ids", "REQUIRED_TENSORS", "OPTIONAL_TENSORS", "STRING_COLUMNS"]
+__all__ = ["StepBatch", "number_in_groups", "segment_ids", "REQUIRED_TENSORS", "OPTIONAL_TENSORS", "STRING_COLUMNS"]

@@ -68,6 +68,19 @@ def test_matches_reference_implementation(batch, params):
 
 
 @SETTINGS
+@given(batches(), st.sampled_from(PARAM_SETS))
+def test_collector_anchor_keys_give_the_same_advantages_as_the_strings(batch, params):
+    keyed = batch.with_anchor_keys()
+    assert batch.anchor_key is None and keyed.anchor_key is not None
+    for name in ESTIMATORS:
+        chosen = usable(name, params)
+        a, diag_a = compute_advantages(name, batch, **chosen)
+        b, diag_b = compute_advantages(name, keyed, **chosen)
+        assert torch.equal(a, b), name
+        assert diag_a == diag_b, name
+
+
+@SETTINGS
 @given(batches(constant_reward=True), st.sampled_from(PARAM_SETS))
 def test_constant_rewards_give_finite_advantages(batch, params):
     for name in ESTIMATORS:

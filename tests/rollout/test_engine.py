@@ -102,6 +102,20 @@ def test_env_reward_mode_and_waves(tiny_tokenizer):
     last = result.batch.trajectory_rows()
     assert torch.allclose(result.batch.reward[last], torch.ones(6))  # TextCraft's own reward: 1 on success
     assert result.success_rate == 1.0
+    assert_anchor_keys_number_each_groups_observations(result.batch)
+
+
+def assert_anchor_keys_number_each_groups_observations(batch):
+    """Within a group, equal anchor_obs <=> equal anchor_key, numbered 0, 1, ... by first appearance
+    (the rows of a wave, ordered by trajectory and step)."""
+    assert batch.anchor_key is not None
+    keys = batch.anchor_key.tolist()
+    for g in set(batch.group_id.tolist()):
+        rows = (batch.group_id == g).nonzero().flatten().tolist()
+        number = {}
+        for i in rows:
+            assert number.setdefault(batch.anchor_obs[i], keys[i]) == keys[i], (g, i)
+        assert sorted(number.values()) == list(range(len(number)))   # distinct observations, distinct keys
 
 
 def test_prompt_truncation_error_and_left(tiny_tokenizer):
