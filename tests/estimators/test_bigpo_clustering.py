@@ -65,3 +65,23 @@ def test_groups_run_on_the_torch_threads_with_identical_labels(batch, threads, m
     assert torch.equal(labels, single) and num == num_single
     assert len(seen) == num_groups
     assert all(ident != threading.get_ident() and intra == 1 for ident, intra in seen)
+
+
+def test_rows_at_the_radius_get_the_row_by_row_labels():
+    """Rows at cosines 0.93-0.97 from a few directions: two rows of one direction are at about
+    0.86-0.94 from each other, around the eps = 0.10 radius (0.90), so many joins are decided by
+    the last digits of a cosine."""
+    gen = torch.Generator().manual_seed(0)
+    groups, per_group, hidden = 3, 160, 1024
+    anchors = torch.nn.functional.normalize(torch.randn(groups, 6, hidden, generator=gen), dim=-1)
+    base = anchors[torch.arange(groups)[:, None], torch.randint(0, 6, (groups, per_group), generator=gen)]
+    noise = torch.randn(groups, per_group, hidden, generator=gen)
+    noise = torch.nn.functional.normalize(noise - (noise * base).sum(-1, keepdim=True) * base, dim=-1)
+    cosine = 0.93 + 0.04 * torch.rand(groups, per_group, 1, generator=gen)
+    rows = (cosine * base + (1 - cosine ** 2).sqrt() * noise) * (0.5 + torch.rand(groups, per_group, 1, generator=gen))
+    batch = make_workload(num_trajectories=groups * 4, num_groups=groups, steps=per_group // 4, hidden_size=8,
+                          seed=0).with_columns(hidden=rows.reshape(-1, hidden))
+    group, num_groups = batch.group_segments()
+    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS)
+    assert torch.equal(labels, torch.tensor(reference_clusters(batch, EPS, "seed")))
+    assert 3 * 6 < num < len(batch) // 2        # neither one cluster per direction nor mostly singletons
