@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from agentrl.data.demonstrations import Demonstration, expert_episodes
+from agentrl.data.demonstrations import Demonstration, demonstration_env_kwargs, expert_episodes
 from agentrl.envs import make_env
 from agentrl.models import load_model, load_tokenizer
 from agentrl.models.tokenizer import IM_END
@@ -97,7 +97,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     model = load_model(model_dir, dtype=torch.float32)
     model.train()
     tasks = training_tasks(env.name, env.kwargs, env.train_split, sft.tasks, cfg.trainer.seed)
-    demos = list(expert_episodes(env.name, env.kwargs, env.train_split, tasks, history_length=env.history_length,
+    demos = list(expert_episodes(env.name, demonstration_env_kwargs(cfg), env.train_split, tasks,
+                                 history_length=env.history_length,
                                  think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
                                  show_admissible=cfg.rollout.show_admissible))
     if not demos:

@@ -62,3 +62,28 @@ def test_sft_loss_matches_the_full_model_loss():
     batch = _collate(examples, pad_id=0)
     reference = model(**batch, attention_mask=(batch["input_ids"] != 0).long()).loss
     assert torch.allclose(sft_loss(model, batch), reference, atol=1e-6)
+
+
+def test_expert_episodes_are_played_once_per_process_and_settings(monkeypatch):
+    from agentrl.data import demonstrations
+
+    resets = []
+    make_env = demonstrations.make_env
+
+    def counting_env(name, **kwargs):
+        env = make_env(name, **kwargs)
+        reset = env.reset
+        env.reset = lambda task: resets.append(task) or reset(task)
+        return env
+
+    monkeypatch.setattr(demonstrations, "make_env", counting_env)
+    monkeypatch.setattr(demonstrations, "_EPISODE_CACHE", type(demonstrations._EPISODE_CACHE)())
+    settings = dict(history_length=2, think=False, style="compact", show_admissible=False)
+    first = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0, 1, 2], **settings))
+    again = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [2, 1, 3], **settings))
+    assert [t.index for t in resets] == [0, 1, 2, 3]          # task 3 is new; 1 and 2 come from the cache
+    assert first and [d for d in again if d.task.index == 1] == [d for d in first if d.task.index == 1]
+    assert [d.step for d in first if d.task.index == 0] == list(range(len([d for d in first if d.task.index == 0])))
+    list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0], **dict(settings, history_length=1)))
+    list(demonstrations.expert_episodes("textcraft", {"max_steps": 40}, "pool_depth2", [0], **settings))
+    assert [t.index for t in resets] == [0, 1, 2, 3, 0, 0]    # other prompt or env settings: played again
