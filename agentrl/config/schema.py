@@ -82,6 +82,8 @@ class EnvConfig:
                                   "starting env pool actors in the Ray cluster")
     num_servers: int = F(1, "env pool server processes (the env steps of one iteration are spread over them)", min=1)
     step_timeout_s: float = F(60.0, "per-call timeout for env reset/step batches", gt=0)
+    reset_timeout_s: float = F(10.0, "extra seconds a reset batch may take per instance one env server resets "
+                               "(servers reset their instances one by one; ALFWorld loads a game in 1-3 s)", min=0)
     kwargs: dict = F(help="extra keyword arguments for the environment factory", factory=dict)
 
 

@@ -273,7 +273,8 @@ class RolloutEngine:
         ids = self.instance_ids[:len(envs)]
         t0 = time.perf_counter()
         resets = self.client.reset([(iid, task) for iid, (task, _, _) in zip(ids, envs)],
-                                   timeout=env_cfg.step_timeout_s, on_shard_error="report")
+                                   timeout=env_cfg.step_timeout_s, on_shard_error="report",
+                                   per_instance_s=getattr(env_cfg, "reset_timeout_s", 0.0))
         timing["env_s"] += time.perf_counter() - t0
         n = len(envs)
         obs = [r.obs for r in resets]

@@ -13,16 +13,19 @@ from agentrl.envs.base import TaskRef, TextEnv
 class FlakyEnv(TextEnv):
     """A tiny real environment for server tests. Task ``(tasks, i)`` is won by the action ``win``;
     ``explode`` raises inside ``step``, ``die`` ends the whole process (a crashed native engine),
-    ``sleep S`` blocks for S seconds, and every reset of the split ``broken`` raises."""
+    ``sleep S`` blocks for S seconds, every reset of the split ``broken`` raises and every reset of
+    the split ``slow`` takes 0.4 s (a game being loaded)."""
 
     name = "test-flaky"
 
     def split_sizes(self) -> dict[str, int]:
-        return {"tasks": 4, "broken": 1}
+        return {"tasks": 4, "broken": 1, "slow": 2}
 
     def _reset_task(self, task: TaskRef) -> tuple[str, dict[str, Any]]:
         if task.split == "broken":
             raise RuntimeError("task files are missing")
+        if task.split == "slow":
+            time.sleep(0.4)
         return f"task {task.index}", {"admissible_actions": ["win", "wait"], "task": f"task {task.index}"}
 
     def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:

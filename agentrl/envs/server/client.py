@@ -277,9 +277,11 @@ class EnvClient:
         return bisect.bisect_right(self._starts, instance_id) - 1
 
     def _fan_out(self, op: str, ids: list[int], payload_for: Callable[[list[int]], dict[str, Any]],
-                 timeout: float | None, on_shard_error: str = "raise") -> list[dict[str, Any]]:
+                 timeout: float | None, on_shard_error: str = "raise",
+                 per_instance_s: float = 0.0) -> list[dict[str, Any]]:
         """Send each shard its part of the batch (``payload_for(positions)``), concurrently; the
-        results come back in request order. With ``on_shard_error="report"`` a shard that is dead,
+        results come back in request order. A shard has ``timeout`` plus ``per_instance_s`` for
+        each instance of the batch it serves (it works through them one by one). With ``on_shard_error="report"`` a shard that is dead,
         unreachable or too slow gives a failed result (``ok`` false, ``error``) for each of its
         instances instead of raising, so the other shards' results are kept; a malformed request
         (:class:`EnvRequestError`) raises either way."""
@@ -289,12 +291,14 @@ class EnvClient:
         parts: dict[int, list[int]] = {}
         for position, instance_id in enumerate(ids):
             parts.setdefault(self._shard_of(instance_id), []).append(position)
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
         tickets = [(positions, self._shards[shard][2]) for shard, positions in parts.items()]
-        tickets = [(positions, transport, transport.start(op, payload_for(positions), timeout))
+        tickets = [(positions, transport, transport.start(op, payload_for(positions),
+                                                          timeout + per_instance_s * len(positions)))
                    for positions, transport in tickets]
         results: list[dict[str, Any]] = [{}] * len(ids)
         for positions, transport, ticket in tickets:
+            deadline = start + timeout + per_instance_s * len(positions)
             try:
                 status, body = transport.finish(ticket, max(0.001, deadline - time.monotonic()))
                 replies = self._checked(op, status, body)["results"]
@@ -309,12 +313,14 @@ class EnvClient:
         return results
 
     def reset(self, items: Sequence[tuple[int, TaskRef | dict[str, Any]]],
-              timeout: float | None = None, on_shard_error: str = "raise") -> list[ResetResult]:
-        """Start the given task on each instance: ``[(instance_id, TaskRef), ...]``."""
+              timeout: float | None = None, on_shard_error: str = "raise",
+              per_instance_s: float = 0.0) -> list[ResetResult]:
+        """Start the given task on each instance: ``[(instance_id, TaskRef), ...]``. A shard may take
+        ``timeout`` plus ``per_instance_s`` per instance it resets."""
         entries = [{"instance_id": i, "task": t.to_dict() if isinstance(t, TaskRef) else t} for i, t in items]
         results = self._fan_out("reset", [e["instance_id"] for e in entries],
                                 lambda positions: {"items": [entries[p] for p in positions]}, timeout,
-                                on_shard_error)
+                                on_shard_error, per_instance_s)
         return [ResetResult(r["instance_id"], r["obs"], r["info"], r.get("error")) for r in results]
 
     def step(self, items: Sequence[tuple[int, str]], timeout: float | None = None,
