@@ -281,10 +281,10 @@ class EnvClient:
                  per_instance_s: float = 0.0) -> list[dict[str, Any]]:
         """Send each shard its part of the batch (``payload_for(positions)``), concurrently; the
         results come back in request order. A shard has ``timeout`` plus ``per_instance_s`` for
-        each instance of the batch it serves (it works through them one by one). With ``on_shard_error="report"`` a shard that is dead,
-        unreachable or too slow gives a failed result (``ok`` false, ``error``) for each of its
-        instances instead of raising, so the other shards' results are kept; a malformed request
-        (:class:`EnvRequestError`) raises either way."""
+        each instance of the batch it serves (it works through them one by one). With
+        ``on_shard_error="report"`` a shard that is dead, unreachable or too slow gives a failed
+        result (``ok`` false, ``error``) for each of its instances instead of raising, so the other
+        shards' results are kept; a malformed request (:class:`EnvRequestError`) raises either way."""
         if on_shard_error not in ("raise", "report"):
             raise ValueError(f"on_shard_error must be 'raise' or 'report', got {on_shard_error!r}")
         timeout = self.timeout if timeout is None else float(timeout)
