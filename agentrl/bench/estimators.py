@@ -21,8 +21,8 @@ of :mod:`agentrl.bench._estimators_reference` (median of up to ``--repeats`` run
 2 s are spent, so the slow references run once), and the two outputs must agree to 1e-6
 (absolute plus relative).
 
-The batch carries ``anchor_key``, the per-group observation numbers the rollout engine records
-with every step (so the estimators' exact state grouping reads integers); ``gigpo_no_anchor_key``
+The batch carries ``anchor_key``, the per-group observation numbers the rollout engine fills in
+for every step (so the estimators' exact state grouping reads integers); ``gigpo_no_anchor_key``
 times GiGPO on the same batch without them, grouping the 6,400 strings itself. The references
 always group the strings.
 """
@@ -37,7 +37,6 @@ import time
 import torch
 
 from agentrl.data import StepBatch
-from agentrl.data.step_batch import number_in_groups
 
 HELP = "time the advantage estimators (6,400 step records, hidden 3,584) against per-record references"
 
@@ -130,12 +129,12 @@ def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int 
                   for g, t, k, s, new in zip(group.tolist(), traj.tolist(), step.tolist(), state.tolist(),
                                              novel.tolist())]
     return StepBatch(
-        group_id=group, traj_id=traj, step=step, anchor_key=torch.tensor(number_in_groups(group.tolist(), anchor_obs)),
+        group_id=group, traj_id=traj, step=step,
         prompt_ids=torch.ones(n, 4, dtype=torch.int64), prompt_lengths=torch.full((n,), 4),
         response_ids=response, response_mask=torch.ones(n, response_len), rollout_logprobs=torch.zeros(n, response_len),
         reward=reward, done=last, episode_return=episode_return, success=won[traj], action_valid=~invalid,
         anchor_obs=anchor_obs, action=actions, task_type=["pick_clean_then_place"] * n, hidden=hidden,
-    )
+    ).with_anchor_keys()       # what the rollout engine records
 
 
 def workload_stats(batch: StepBatch, eps: float = 0.10) -> dict[str, float]:

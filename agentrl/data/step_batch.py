@@ -36,7 +36,7 @@ advantages          float32 [N]       one advantage per step record (estimator)
 
 ``hidden``, ``old_logprobs``, ``ref_logprobs`` and ``advantages`` are ``None`` until the stage
 that fills them has run. ``anchor_key`` is filled by the rollout engine: it numbers the distinct
-observations of each group 0, 1, ... as it records them, so two rows of one group have the same
+observations of each group 0, 1, ... once a rollout is done, so two rows of one group have the same
 key exactly when their ``anchor_obs`` are equal. The estimators group states by it instead of
 hashing 6,400 strings per batch; without it (``None``) they derive the same grouping from
 ``anchor_obs``. Keys are only comparable inside a group, so ``select``, ``concat`` of whole

@@ -8,7 +8,8 @@ One call of :meth:`RolloutEngine.run`::
         responses = backend.generate([prompt_i for active i], sampling)      # one batch
         action_i  = parse_response(response_i)       (<think> required when enable_thinking)
         env.step(action_i) for all active i          (one batched call to the env client)
-        record (prompt, response, logprobs, anchor_obs = obs_i, its number in the group, action, ...)
+        record (prompt, response, logprobs, anchor_obs = obs_i, action, reward, done, ...)
+    number each group's distinct observations (StepBatch.anchor_key)
         finished envs leave the batch
 
 Reward of a record (the contract the estimators rely on):
@@ -160,7 +161,6 @@ class RolloutEngine:
         if record_transcripts is None:
             record_transcripts = bool(getattr(rollout_cfg, "record_transcripts", False))
         self.record_transcripts = record_transcripts
-        self._anchor_numbers: dict[int, dict[str, int]] = {}
 
     # ----- sampling --------------------------------------------------------------------------------
     def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
@@ -213,8 +213,6 @@ class RolloutEngine:
                              f"{len(self.instance_ids)}")
         results = []
         failures = {"env_failures": 0, "episodes_rerun": 0, "episodes_masked": 0}
-        # per group: observation -> its number (StepBatch.anchor_key), shared by waves and re-runs
-        self._anchor_numbers: dict[int, dict[str, int]] = {}
         for wave, first in enumerate(range(0, len(tasks), groups_per_wave)):
             chunk = range(first, min(len(tasks), first + groups_per_wave))
             envs = [(tasks[g], group_ids[g], traj_id_start + g * group_size + k)
@@ -225,6 +223,8 @@ class RolloutEngine:
             raise RuntimeError(f"no env step was recorded: every episode failed (last error: "
                                f"{results[-1].episodes[-1].env_error})")
         result = RolloutResult.merge(kept) if len(kept) > 1 else kept[0]
+        # each group's observations numbered once over all waves and re-runs (StepBatch.anchor_key)
+        result.batch = result.batch.with_anchor_keys()
         result.episodes = sorted((e for r in results for e in r.episodes), key=lambda e: e.traj_id)
         result.stats.update({k: float(v) for k, v in failures.items()}, episodes=float(len(result.episodes)))
         return result
@@ -321,12 +321,10 @@ class RolloutEngine:
                     invalid[i] += 1
                 done = res.done or not res.ok or step + 1 >= env_cfg.max_steps
                 task, group_id, traj_id = envs[i]
-                numbers = self._anchor_numbers.setdefault(group_id, {})
                 records.append({
                     "group_id": group_id, "traj_id": traj_id, "step": step, "prompt_ids": prompt,
                     "response_ids": gen.token_ids, "response_mask": [1.0] * len(gen.token_ids),
                     "rollout_logprobs": gen.logprobs, "reward": reward, "done": done, "anchor_obs": obs[i],
-                    "anchor_key": numbers.setdefault(obs[i], len(numbers)),
                     "action": p.action if p.valid else "", "action_valid": p.valid, "task_type": task_type[i],
                 })
                 won[i] = won_now
