@@ -64,7 +64,7 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     metrics[f"{prefix}step_records"] = float(len(batch))
     metrics[f"{prefix}response_tokens"] = float(batch.response_mask.sum())
     metrics[f"{prefix}mixed_outcome_groups"] = _mixed_groups(result.episodes)
-    for key in ("env_failures", "episodes_rerun", "episodes_masked"):
+    for key in ("env_failures", "episodes_rerun", "episodes_masked", "guided_episodes"):
         metrics[f"{prefix}{key}"] = float(result.stats.get(key, 0.0))
     return metrics
 
@@ -160,7 +160,8 @@ class Trainer:
         tasks = schedule.tasks_for(iteration)
 
         t = time.perf_counter()
-        result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration)
+        result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration,
+                                  expert_guidance=cfg.rollout.expert_guidance)
         times["time/rollout_s"] = time.perf_counter() - t
 
         t = time.perf_counter()

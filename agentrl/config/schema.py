@@ -121,6 +121,10 @@ class RolloutConfig:
                             "env server process died or did not answer): rerun = play it "
                             "again from reset; mask = drop its steps, its group's statistics use the others",
                             choices=("rerun", "mask"))
+    expert_guidance: bool = F(False, "training rollouts only: add one episode played by the env's expert solver "
+                              "to every group whose episodes all failed, so the group has a winner (off-policy "
+                              "guidance; its steps are scored and updated like the policy's own and are left out "
+                              "of the episode metrics)")
     max_env_failures: int = F(16, "failed episodes one rollout call tolerates; one more stops the run with a "
                               "checkpoint of the last finished iteration and a one-line error", min=0)
     vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)

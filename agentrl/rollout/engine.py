@@ -47,6 +47,7 @@ from typing import Any, Sequence
 from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+from agentrl.rollout.guidance import all_failed_groups, play_guided_episodes
 from agentrl.rollout.parsing import parse_response
 from agentrl.rollout.prompts import History, build_prompt_text, render_chat
 from agentrl.rollout.prompts import task_text as prompt_task_text
@@ -194,11 +195,25 @@ class RolloutEngine:
                                  history_length=self.env_cfg.history_length, think=cfg.enable_thinking,
                                  style=cfg.prompt_style)
 
+    def step_reward(self, won_now: bool, won_before: bool, env_reward: float, valid: bool) -> float:
+        """A step's reward: ``env.success_reward`` at the winning step (``env.reward=success``) or the
+        env's own reward, minus ``rollout.invalid_action_penalty`` for a response without a valid action."""
+        if self.env_cfg.reward == "success":
+            reward = self.env_cfg.success_reward if (won_now and not won_before) else 0.0
+        else:
+            reward = float(env_reward)
+        return reward if valid else reward - self.rollout_cfg.invalid_action_penalty
+
     # ----- the loop ----------------------------------------------------------------------------------
     def run(self, tasks: Sequence[TaskRef], group_size: int, *, sampling: SamplingParams | None = None,
-            seed: int = 0, group_ids: Sequence[int] | None = None, traj_id_start: int = 0) -> RolloutResult:
+            seed: int = 0, group_ids: Sequence[int] | None = None, traj_id_start: int = 0,
+            expert_guidance: bool = False) -> RolloutResult:
         """Roll out ``group_size`` episodes of every task; trajectories are numbered from
-        ``traj_id_start`` (task by task), groups are ``group_ids`` (default ``0..len(tasks)-1``)."""
+        ``traj_id_start`` (task by task), groups are ``group_ids`` (default ``0..len(tasks)-1``).
+
+        With ``expert_guidance`` every group whose episodes all failed also gets one episode played
+        by the env's expert (:mod:`agentrl.rollout.guidance`): its steps join the batch, not
+        ``episodes``."""
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         if not tasks:
@@ -223,6 +238,12 @@ class RolloutEngine:
             raise RuntimeError(f"no env step was recorded: every episode failed (last error: "
                                f"{results[-1].episodes[-1].env_error})")
         result = RolloutResult.merge(kept) if len(kept) > 1 else kept[0]
+        if expert_guidance:
+            episodes = [e for r in results for e in r.episodes]
+            guided, guided_stats = play_guided_episodes(self, all_failed_groups(episodes, tasks, group_ids))
+            if guided is not None:
+                result.batch = StepBatch.concat([result.batch, guided])
+            result.stats.update(guided_stats)
         # each group's observations numbered once over all waves and re-runs (StepBatch.anchor_key)
         result.batch = result.batch.with_anchor_keys()
         result.episodes = sorted((e for r in results for e in r.episodes), key=lambda e: e.traj_id)
@@ -312,13 +333,8 @@ class RolloutEngine:
             still_active = []
             for i, prompt, gen, p, res in zip(active, prompts, generations, parsed, results):
                 won_now = bool(res.info.get("won", False))
-                if env_cfg.reward == "success":
-                    reward = env_cfg.success_reward if (won_now and not won[i]) else 0.0
-                else:
-                    reward = float(res.reward)
-                if not p.valid:
-                    reward -= cfg.invalid_action_penalty
-                    invalid[i] += 1
+                reward = self.step_reward(won_now, won[i], res.reward, p.valid)
+                invalid[i] += not p.valid
                 done = res.done or not res.ok or step + 1 >= env_cfg.max_steps
                 task, group_id, traj_id = envs[i]
                 records.append({

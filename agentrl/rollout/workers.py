@@ -69,9 +69,9 @@ class RolloutWorker:
         return True
 
     def run(self, tasks: Sequence[TaskRef], group_size: int, group_ids: Sequence[int], traj_id_start: int,
-            sampling: SamplingParams, seed: int) -> RolloutResult:
+            sampling: SamplingParams, seed: int, expert_guidance: bool = False) -> RolloutResult:
         return self.engine.run(tasks, group_size, sampling=sampling.with_seed(seed), seed=seed,
-                               group_ids=group_ids, traj_id_start=traj_id_start)
+                               group_ids=group_ids, traj_id_start=traj_id_start, expert_guidance=expert_guidance)
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         self.backend.load_weights(state_dict)
@@ -138,8 +138,9 @@ class RolloutWorkerGroup:
         return make_sampling_params(self.rollout_cfg, self.stop_token_ids, self.stop_strings, temperature, seed)
 
     def run(self, tasks: Sequence[TaskRef], group_size: int, *, sampling: SamplingParams | None = None,
-            seed: int = 0) -> RolloutResult:
-        """``group_size`` episodes of every task, spread over the workers; one merged result."""
+            seed: int = 0, expert_guidance: bool = False) -> RolloutResult:
+        """``group_size`` episodes of every task, spread over the workers; one merged result
+        (``expert_guidance``: see :meth:`RolloutEngine.run`)."""
         import ray
 
         if not tasks:
@@ -152,7 +153,7 @@ class RolloutWorkerGroup:
                 continue
             calls.append(self.workers[w].run.remote(list(tasks[lo:hi]), group_size, list(range(lo, hi)),
                                                     lo * group_size, sampling,
-                                                    int(seed) + WORKER_SEED_STRIDE * w))
+                                                    int(seed) + WORKER_SEED_STRIDE * w, expert_guidance))
         result = RolloutResult.merge(ray.get(calls))
         result.stats["wall_s"] = time.perf_counter() - start
         return result

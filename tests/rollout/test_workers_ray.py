@@ -57,3 +57,25 @@ def test_other_envs_roll_out_through_ray(ray_cluster, tiny_model_dir, tiny_token
         result = group.run([TaskRef(split, 0), TaskRef(split, 1)], group_size=2, seed=0)
     check_batch(result, tiny_tokenizer, 2, 2, 2)
     assert all(e.task_type for e in result.episodes)
+
+
+def test_expert_guidance_through_workers(ray_cluster, tiny_model_dir):
+    # a random model never wins, so both groups (one per worker) get the expert's episode, played on
+    # that worker's pool instances; trajectory ids stay unique across the workers
+    from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
+
+    env_cfg = env_config("textcraft", max_steps=15, group_size=2, tasks_per_iteration=2)
+    cfg = rollout_config(max_response_tokens=40, max_prompt_tokens=1024, prompt_truncation="left",
+                         enable_thinking=False)
+    tasks = [TaskRef("depth2", 1), TaskRef("depth2", 2)]
+    with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=2, worker_num_cpus=0.5,
+                            env_num_cpus=0.5) as group:
+        result = group.run(tasks, group_size=2, seed=1, expert_guidance=True)
+    assert [e.won for e in result.episodes] == [False] * 4 and len(result.episodes) == 4
+    assert result.stats["guided_episodes"] == 2
+    batch = result.batch
+    guided = batch.traj_id >= GUIDED_TRAJ_ID_BASE
+    assert sorted(set(batch.traj_id[guided].tolist())) == [GUIDED_TRAJ_ID_BASE, GUIDED_TRAJ_ID_BASE + 1]
+    assert torch.equal(batch.group_id[guided], batch.traj_id[guided] - GUIDED_TRAJ_ID_BASE)
+    assert bool(batch.success[guided].all()) and not batch.success[~guided].any()
+    assert all(batch.action_valid[guided].tolist())
