@@ -24,6 +24,7 @@ from agentrl.config import Config, config_to_dict
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
 from agentrl.rollout.engine import EnvFailureLimitError
+from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
 from agentrl.tracking import Tracker
 
@@ -67,6 +68,14 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     for key in ("env_failures", "episodes_rerun", "episodes_masked", "guided_episodes"):
         metrics[f"{prefix}{key}"] = float(result.stats.get(key, 0.0))
     return metrics
+
+
+def guided_advantages(batch, advantages, rollout_cfg):
+    """The estimator's advantages, with the failed sampled episodes of expert-guided groups put
+    back to 0 unless ``rollout.expert_guidance_negatives`` (see :mod:`agentrl.rollout.guidance`)."""
+    if not rollout_cfg.expert_guidance or rollout_cfg.expert_guidance_negatives:
+        return advantages
+    return advantages.masked_fill(sampled_rows_of_guided_groups(batch), 0.0)
 
 
 def rows_to_train(batch, skip_zero_advantage: bool):
@@ -172,7 +181,7 @@ class Trainer:
         t = time.perf_counter()
         advantages, diagnostics = compute_advantages(estimator, batch, state=estimator_state,
                                                      **estimator_params(cfg))
-        batch = batch.with_columns(advantages=advantages)
+        batch = batch.with_columns(advantages=guided_advantages(batch, advantages, cfg.rollout))
         times["time/estimate_s"] = time.perf_counter() - t
         batch, kept = rows_to_train(batch, cfg.learner.skip_zero_advantage)
 

@@ -8,7 +8,7 @@ from agentrl.config import load_config
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS
 from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
-from agentrl.trainer import estimator_params, rows_to_train
+from agentrl.trainer import estimator_params, guided_advantages, rows_to_train
 
 # estimator parameters deliberately left at their defaults (not exposed in the config)
 NOT_IN_CONFIG = {"calibration_grid"}
@@ -66,3 +66,23 @@ def test_rows_to_train_drops_only_zero_advantage_rows_when_asked():
     kept, share = rows_to_train(batch, True)
     assert kept.traj_id.tolist() == [1, 3] and kept.advantages.tolist() == [1.5, -2.0] and share == 0.5
     assert len(rows_to_train(batch.select(torch.zeros(4, dtype=torch.bool)), True)[0]) == 0
+
+
+def test_guided_groups_keep_their_failed_samples_at_zero_unless_negatives_are_asked_for():
+    import torch
+
+    from agentrl.config.schema import RolloutConfig
+    from agentrl.data import StepBatch
+    from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
+
+    # group 0: two sampled failures and the expert's episode; group 1: a mixed group, not guided
+    traj = [0, 1, GUIDED_TRAJ_ID_BASE, 2, 3]
+    records = [dict(group_id=int(t == 2 or t == 3), traj_id=t, step=0, done=True, success=t in (3, GUIDED_TRAJ_ID_BASE),
+                    reward=0.0, prompt_ids=[5], response_ids=[7], response_mask=[1.0], anchor_obs="o") for t in traj]
+    batch = StepBatch.from_records(records, pad_id=0)
+    adv = torch.tensor([-3.3, -3.3, 6.7, -5.0, 5.0])
+    assert torch.equal(guided_advantages(batch, adv, RolloutConfig()), adv)            # guidance off
+    kept = guided_advantages(batch, adv, RolloutConfig(expert_guidance=True))
+    assert kept.tolist() == pytest.approx([0.0, 0.0, 6.7, -5.0, 5.0])
+    both = guided_advantages(batch, adv, RolloutConfig(expert_guidance=True, expert_guidance_negatives=True))
+    assert torch.equal(both, adv)

@@ -125,6 +125,10 @@ class RolloutConfig:
                               "to every group whose episodes all failed, so the group has a winner (off-policy "
                               "guidance; its steps are scored and updated like the policy's own and are left out "
                               "of the episode metrics)")
+    expert_guidance_negatives: bool = F(False, "with expert_guidance: let the failed sampled episodes of a guided "
+                                        "group keep the negative advantages the estimator gives them; off, they keep "
+                                        "0 as without guidance and only the expert's steps are pushed up (pushing "
+                                        "the failures down raised the tiny TextCraft policy's entropy 2x)")
     max_env_failures: int = F(16, "failed episodes one rollout call tolerates; one more stops the run with a "
                               "checkpoint of the last finished iteration and a one-line error", min=0)
     vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)

@@ -121,3 +121,18 @@ def test_an_expert_response_longer_than_the_limit_adds_nothing(tiny_tokenizer):
     assert result.stats["guided_groups"] == 2 and result.stats["guided_episodes"] == 0
     assert result.stats["guided_dropped"] == 2
     assert (result.batch.traj_id < GUIDED_TRAJ_ID_BASE).all()
+
+
+def test_the_sampled_rows_of_guided_groups(tiny_tokenizer):
+    from agentrl.rollout.guidance import sampled_rows_of_guided_groups
+
+    env_cfg = env_config(max_steps=15)
+    plans = expert_plans("textcraft", TASKS)
+    solved = [next(iter(plans))]
+    engine = _engine(SolvesOnly(tiny_tokenizer, plans, solved), tiny_tokenizer, env_cfg, _rollout_config())
+    batch = engine.run(TASKS, group_size=2, group_ids=[7, 8], expert_guidance=True).batch
+    mask = sampled_rows_of_guided_groups(batch)
+    assert torch.equal(mask, (batch.group_id == 8) & (batch.traj_id < GUIDED_TRAJ_ID_BASE))
+    assert mask.sum() == 2 * 15                       # two failed episodes of 15 steps each
+    plain = engine.run(TASKS, group_size=2, group_ids=[7, 8]).batch
+    assert not sampled_rows_of_guided_groups(plain).any()
