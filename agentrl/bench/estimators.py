@@ -25,12 +25,6 @@ The batch carries ``anchor_key``, the per-group observation numbers the rollout 
 for every step (so the estimators' exact state grouping reads integers); ``gigpo_no_anchor_key``
 times GiGPO on the same batch without them, grouping the 6,400 strings itself. The references
 always group the strings.
-
-The hidden states are float32, as a float32 actor (the tiny CPU models) hands them over;
-``bipace_q_bf16_states`` gives BiPACE the same states rounded to bfloat16, as a bf16 actor (every
-GPU recipe, Qwen2.5-7B's 3,584 included) hands them over: BiGPO then computes its cosines with
-bf16 products and settles the decisions they leave open in float32
-(:mod:`agentrl.estimators.bigpo_bf16`). Its reference clusters the same bf16 states upcast.
 """
 
 from __future__ import annotations
@@ -56,13 +50,11 @@ CASES = (
     ("gigpo_similarity", "gigpo", {"enable_similarity": True, "similarity_thresh": 0.95}),
     ("gagpo", "gagpo", {}),
     ("bipace_q", "bipace", {"pace": "q"}),
-    ("bipace_q_bf16_states", "bipace", {"pace": "q"}),
     ("bipace_first_token", "bipace", {"pace": "first_token"}),
     ("bipace_q_mean_centroid", "bipace", {"pace": "q", "centroid": "mean"}),
 )
 
 WITHOUT_ANCHOR_KEYS = ("gigpo_no_anchor_key",)
-BF16_STATES = ("bipace_q_bf16_states",)    # the hidden states in bfloat16, as a bf16 actor hands them over
 REFERENCE_BUDGET_MS = 2000.0   # a reference repeats (up to --repeats times) until this much time is spent
 
 ROOMS = ("countertop", "cabinet", "drawer", "fridge", "sinkbasin", "shelf", "microwave", "stoveburner")
@@ -145,15 +137,6 @@ def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int 
     ).with_anchor_keys()       # what the rollout engine records
 
 
-def batch_for_case(label: str, batch: StepBatch) -> StepBatch:
-    """The workload as a case sees it: without anchor keys, or with bf16 hidden states, or as made."""
-    if label in WITHOUT_ANCHOR_KEYS:
-        return batch.with_columns(anchor_key=None)
-    if label in BF16_STATES:
-        return batch.with_columns(hidden=batch.hidden.to(torch.bfloat16))
-    return batch
-
-
 def workload_stats(batch: StepBatch, eps: float = 0.10) -> dict[str, float]:
     """Observation-hash and BiGPO (seed centroids, radius eps) singleton rates and group sizes."""
     from agentrl.estimators import common
@@ -233,10 +216,11 @@ def run(args) -> int:
     workload["bigpo_gemm_bound_ms"] = round(workload["bigpo_gflop"] / workload["gemm_gflops"] * 1e3, 1)
     results: dict[str, dict[str, float]] = {}
     ok = True
+    string_batch = batch.with_columns(anchor_key=None)
     for label, name, params in CASES:
         if args.only and label not in args.only:
             continue
-        case_batch = batch_for_case(label, batch)
+        case_batch = string_batch if label in WITHOUT_ANCHOR_KEYS else batch
         fast, diagnostics = compute_advantages(name, case_batch, **params)       # warm-up and output check
         ms = _time_ms(lambda: compute_advantages(name, case_batch, **params), args.repeats)
         reference_runs: list[float] = []           # the slow references run once, the fast ones repeat

@@ -28,8 +28,7 @@ anchor_key          int64 [N]         optional: the collector's number for ancho
                                       (equal strings of a group, equal keys; see below)
 action              list[str]         parsed action text ("" when invalid)
 task_type           list[str]         task category (per-type metrics and tables)
-hidden              float32 [N, d]    actor hidden state at the last prompt token (learner pass; bfloat16
-                                      when the actor runs in bf16)
+hidden              float32 [N, d]    actor hidden state at the last prompt token (learner pass)
 old_logprobs        float32 [N, R]    learner log-probs before the update (learner pass)
 ref_logprobs        float32 [N, R]    reference-model log-probs (learner pass)
 advantages          float32 [N]       one advantage per step record (estimator)

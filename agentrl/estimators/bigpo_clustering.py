@@ -35,8 +35,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agentrl.estimators.bigpo_bf16 import bf16_products_are_bounded, seed_clusters_bf16
-
 DISTANCE_TOLERANCE = 1e-6
 CENTROIDS = ("seed", "mean")
 BLOCK = 64              # rows per matmul against the earlier seeds
@@ -175,14 +173,11 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
         first = int(rows[0])
         contiguous = int(rows[-1]) - first + 1 == rows.numel()
         x = hidden[first:first + rows.numel()] if contiguous else hidden[rows]   # a view when possible
-        x = x.detach()
+        x = x.detach().to(torch.float32)
         if centroid == "seed":
-            if x.dtype == torch.bfloat16 and bf16_products_are_bounded(x.shape[1]):
-                owner = seed_clusters_bf16(x.contiguous(), threshold, block, CANDIDATE_CHUNK)
-            else:
-                owner = _seed_clusters(x.to(torch.float32).contiguous(), threshold, block)
-            return torch.from_numpy(np.unique(owner, return_inverse=True)[1].reshape(-1))
-        return _mean_clusters(F.normalize(x.to(torch.float32), dim=1), threshold)
+            return torch.from_numpy(np.unique(_seed_clusters(x.contiguous(), threshold, block),
+                                              return_inverse=True)[1].reshape(-1))
+        return _mean_clusters(F.normalize(x, dim=1), threshold)
 
     groups = [rows for rows in group_row_blocks(group, num_groups) if rows.numel()]
     local = _map_groups(local_labels, groups) if centroid == "seed" else [local_labels(r) for r in groups]

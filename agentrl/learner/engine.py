@@ -230,9 +230,7 @@ class Learner:
                     with LastPromptCapture(self.engine.module, layer, self.num_layers,
                                            packed.prompt_lengths - 1) as capture:
                         out = self._forward(self.engine, packed)
-                    # the model's own dtype: a bf16 model's states stay bf16 (half the bytes to move
-                    # and keep; BiGPO clusters them with bf16 products and exact decisions)
-                    hidden.append(capture.states.detach().cpu())
+                    hidden.append(capture.states.float().cpu())
                 else:
                     out = self._forward(self.engine, packed)
                 old.append(self._response_logprobs(self._scaled(out.logits), packed, micro.response_ids).cpu())
