@@ -66,7 +66,8 @@ def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
     assert sorted(losses) == [1, 2] and all(math.isfinite(v) for v in losses.values())
     iteration_2 = next(r for r in records if r.get("step") == 2 and "learner/loss" in r)
     for key in ("rollout/success_rate", "rollout/invalid_action_rate", "learner/grad_norm", "learner/pg_clipfrac",
-                "learner/kl_ref", "learner/entropy", "estimator/num_groups", "time/rollout_s", "time/update_s"):
+                "learner/kl_ref", "learner/entropy", "estimator/num_groups", "time/rollout_s", "time/update_s",
+                "time/rollout_generate_s", "time/rollout_env_s", "rollout/generated_tokens"):
         assert key in iteration_2, key
     assert any("val/success_rate" in r for r in records)
     assert "iter 2/2" in out  # progress line
