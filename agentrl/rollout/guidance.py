@@ -22,8 +22,9 @@ What differs from a sampled episode, and why:
 * The episode is not in :attr:`RolloutResult.episodes`: success rates and the other episode
   metrics describe the policy's own rollouts. ``stats["guided_episodes"]`` counts them.
 * Its trajectory id is ``GUIDED_TRAJ_ID_BASE + group_id`` (unique across rollout workers).
-* An expert that does not win within ``env.max_steps``, or whose response for some step would be
-  longer than ``rollout.max_response_tokens`` (the policy could not write it), adds nothing.
+* An expert that does not win within ``env.max_steps``, whose response for some step would be
+  longer than ``rollout.max_response_tokens`` (the policy could not write it), or whose solver
+  raised on the env server, adds nothing (``stats["guided_dropped"]``).
 
 Validation and evaluation never use it (``RolloutEngine.run(expert_guidance=False)``, the default).
 
@@ -42,6 +43,7 @@ import torch
 
 from agentrl.data import StepBatch
 from agentrl.envs import TaskRef
+from agentrl.envs.server.client import EnvServerError
 from agentrl.rollout.parsing import LOWERCASE_ENVS, parse_response
 from agentrl.rollout.prompts import History, format_response
 from agentrl.rollout.prompts import task_text as prompt_task_text
@@ -91,7 +93,11 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
                                  timeout=env_cfg.step_timeout_s, on_shard_error="report",
                                  per_instance_s=getattr(env_cfg, "reset_timeout_s", 0.0))
     live = [i for i, r in enumerate(resets) if r.ok]
-    plans = dict(zip(live, engine.client.expert_actions([ids[i] for i in live], timeout=env_cfg.step_timeout_s)))
+    try:
+        plans = dict(zip(live, engine.client.expert_actions([ids[i] for i in live],
+                                                            timeout=env_cfg.step_timeout_s)))
+    except EnvServerError:      # guidance is extra data: a failing solver drops the wave, not the run
+        live, plans = [], {}
     stop = engine.stop_token_ids[0]
     obs = {i: resets[i].obs for i in live}
     info = {i: resets[i].info for i in live}
@@ -117,12 +123,13 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
             won_now = bool(res.info.get("won", False))
             reward = engine.step_reward(won_now, won[i], res.reward, p.valid)
             done = res.done or not res.ok or step + 1 >= env_cfg.max_steps or step + 1 >= len(plans[i])
-            task, group_id = groups[i]
+            group_id = groups[i][1]
             episode[i].append({
                 "group_id": group_id, "traj_id": GUIDED_TRAJ_ID_BASE + group_id, "step": step,
                 "prompt_ids": prompt, "response_ids": tokens, "response_mask": [1.0] * len(tokens),
                 "rollout_logprobs": [0.0] * len(tokens), "reward": reward, "done": done, "anchor_obs": obs[i],
-                "action": p.action if p.valid else "", "action_valid": p.valid, "task_type": str(info[i].get("task_type", "")),
+                "action": p.action if p.valid else "", "action_valid": p.valid,
+                "task_type": str(info[i].get("task_type", "")),
             })
             won[i] = won[i] or won_now
             history[i].add(obs[i], p.action)

@@ -136,3 +136,19 @@ def test_the_sampled_rows_of_guided_groups(tiny_tokenizer):
     assert mask.sum() == 2 * 15                       # two failed episodes of 15 steps each
     plain = engine.run(TASKS, group_size=2, group_ids=[7, 8]).batch
     assert not sampled_rows_of_guided_groups(plain).any()
+
+
+def test_a_failing_expert_solver_drops_the_guidance_not_the_rollout(tiny_tokenizer, monkeypatch):
+    from agentrl.envs.server import EnvServerError
+
+    env_cfg = env_config(max_steps=15)
+    plans = expert_plans("textcraft", TASKS)
+    engine = _engine(SolvesOnly(tiny_tokenizer, plans, []), tiny_tokenizer, env_cfg, _rollout_config())
+
+    def broken(*args, **kwargs):
+        raise EnvServerError("instance 0: expert_actions raised KeyError: 'goal'")
+
+    monkeypatch.setattr(engine.client, "expert_actions", broken)
+    result = engine.run(TASKS, group_size=2, expert_guidance=True)
+    assert len(result.episodes) == 4 and (result.batch.traj_id < GUIDED_TRAJ_ID_BASE).all()
+    assert result.stats["guided_groups"] == 2 and result.stats["guided_dropped"] == 2
