@@ -238,15 +238,14 @@ class RolloutEngine:
             raise RuntimeError(f"no env step was recorded: every episode failed (last error: "
                                f"{results[-1].episodes[-1].env_error})")
         result = RolloutResult.merge(kept) if len(kept) > 1 else kept[0]
+        result.episodes = sorted((e for r in results for e in r.episodes), key=lambda e: e.traj_id)
         if expert_guidance:
-            episodes = [e for r in results for e in r.episodes]
-            guided, guided_stats = play_guided_episodes(self, all_failed_groups(episodes, tasks, group_ids))
+            guided, guided_stats = play_guided_episodes(self, all_failed_groups(result.episodes, tasks, group_ids))
             if guided is not None:
                 result.batch = StepBatch.concat([result.batch, guided])
             result.stats.update(guided_stats)
         # each group's observations numbered once over all waves and re-runs (StepBatch.anchor_key)
         result.batch = result.batch.with_anchor_keys()
-        result.episodes = sorted((e for r in results for e in r.episodes), key=lambda e: e.traj_id)
         result.stats.update({k: float(v) for k, v in failures.items()}, episodes=float(len(result.episodes)))
         return result
 
