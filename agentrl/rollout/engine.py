@@ -195,6 +195,16 @@ class RolloutEngine:
                                  history_length=self.env_cfg.history_length, think=cfg.enable_thinking,
                                  style=cfg.prompt_style)
 
+    def reset_instances(self, items: Sequence[tuple[int, TaskRef]]) -> list:
+        """Reset env instances, a failed one reported in its result (``env.step_timeout_s`` plus
+        ``env.reset_timeout_s`` per instance a server resets)."""
+        return self.client.reset(items, timeout=self.env_cfg.step_timeout_s, on_shard_error="report",
+                                 per_instance_s=getattr(self.env_cfg, "reset_timeout_s", 0.0))
+
+    def step_instances(self, items: Sequence[tuple[int, str]]) -> list:
+        """Apply one action per instance, a failed one reported in its result."""
+        return self.client.step(items, timeout=self.env_cfg.step_timeout_s, on_shard_error="report")
+
     def step_reward(self, won_now: bool, won_before: bool, env_reward: float, valid: bool) -> float:
         """A step's reward: ``env.success_reward`` at the winning step (``env.reward=success``) or the
         env's own reward, minus ``rollout.invalid_action_penalty`` for a response without a valid action."""
@@ -292,9 +302,7 @@ class RolloutEngine:
         timing = {"generate_s": 0.0, "env_s": 0.0, "prompt_s": 0.0}
         ids = self.instance_ids[:len(envs)]
         t0 = time.perf_counter()
-        resets = self.client.reset([(iid, task) for iid, (task, _, _) in zip(ids, envs)],
-                                   timeout=env_cfg.step_timeout_s, on_shard_error="report",
-                                   per_instance_s=getattr(env_cfg, "reset_timeout_s", 0.0))
+        resets = self.reset_instances([(iid, task) for iid, (task, _, _) in zip(ids, envs)])
         timing["env_s"] += time.perf_counter() - t0
         n = len(envs)
         obs = [r.obs for r in resets]
@@ -326,8 +334,7 @@ class RolloutEngine:
             parsed = [parse_response(r, self.env_name, require_think=cfg.enable_thinking) for r in responses]
             response_of = dict(zip(active, responses)) if transcripts is not None else {}
             t0 = time.perf_counter()
-            results = self.client.step([(ids[i], p.action) for i, p in zip(active, parsed)],
-                                       timeout=env_cfg.step_timeout_s, on_shard_error="report")
+            results = self.step_instances([(ids[i], p.action) for i, p in zip(active, parsed)])
             timing["env_s"] += time.perf_counter() - t0
             still_active = []
             for i, prompt, gen, p, res in zip(active, prompts, generations, parsed, results):

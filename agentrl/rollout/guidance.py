@@ -89,9 +89,7 @@ def play_guided_episodes(engine, groups: Sequence[tuple[TaskRef, int]]) -> tuple
 def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str, Any]], dict[str, float]]:
     cfg, env_cfg = engine.rollout_cfg, engine.env_cfg
     ids = engine.instance_ids[:len(groups)]
-    resets = engine.client.reset([(iid, task) for iid, (task, _) in zip(ids, groups)],
-                                 timeout=env_cfg.step_timeout_s, on_shard_error="report",
-                                 per_instance_s=getattr(env_cfg, "reset_timeout_s", 0.0))
+    resets = engine.reset_instances([(iid, task) for iid, (task, _) in zip(ids, groups)])
     live = [i for i, r in enumerate(resets) if r.ok]
     try:
         plans = dict(zip(live, engine.client.expert_actions([ids[i] for i in live],
@@ -114,8 +112,7 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
         prompts, _ = engine.encode_prompts(texts)
         responses = [expert_response(engine.env_name, plans[i][step], cfg.enable_thinking) for i in active]
         parsed = [parse_response(r, engine.env_name, require_think=cfg.enable_thinking) for r in responses]
-        results = engine.client.step([(ids[i], p.action) for i, p in zip(active, parsed)],
-                                     timeout=env_cfg.step_timeout_s, on_shard_error="report")
+        results = engine.step_instances([(ids[i], p.action) for i, p in zip(active, parsed)])
         still_active = []
         for i, prompt, response, p, res in zip(active, prompts, responses, parsed, results):
             tokens = engine.tokenizer(response, add_special_tokens=False)["input_ids"] + [stop]
