@@ -239,15 +239,20 @@ def run(args) -> int:
         for key in ("singleton_rate", "obs_hash_singleton_rate", "step_group_singleton_rate", "mean_cluster_size"):
             if key in diagnostics:
                 results[label][key] = round(diagnostics[key], 4)
+    from agentrl import native
+    from agentrl.estimators.bigpo_clustering import NATIVE_SOURCE
     summary = {
         "workload": workload,
-        "cpu": cpu_model(), "torch_threads": torch.get_num_threads(), "estimators": results, "all_agree": ok,
+        "cpu": cpu_model(), "torch_threads": torch.get_num_threads(),
+        "bigpo_decisions": native.native_status(NATIVE_SOURCE),    # "native", or why the numpy path ran
+        "estimators": results, "all_agree": ok,
     }
     if args.json:
         print(json.dumps(summary))
     else:
         print(f"{len(batch)} step records, {batch.num_groups} groups, hidden {args.hidden_size}; "
-              f"{summary['cpu']}, {summary['torch_threads']} torch threads")
+              f"{summary['cpu']}, {summary['torch_threads']} torch threads; BiGPO decisions: "
+              f"{summary['bigpo_decisions']}")
         print(f"observation-hash singletons {workload['obs_hash_singleton_rate']:.1%} "
               f"({workload['obs_hash_groups_per_group']:g} anchor groups per group); BiGPO eps "
               f"{workload['bigpo_eps']:g}: singletons {workload['bigpo_singleton_rate']:.1%} "

@@ -24,3 +24,19 @@ def test_small_workload_matches_reference(label, name, params):
     fast, _ = compute_advantages(name, batch, **params)
     reference = reference_advantages(name, batch, **params)
     assert torch.allclose(fast.double(), reference, atol=1e-6, rtol=1e-6), label
+
+
+def test_bench_command_reports_agreement_and_the_clustering_path(capsys):
+    import json
+
+    from agentrl import native
+    from agentrl.cli.main import main
+
+    code = main(["bench", "estimators", "--json", "--trajectories", "16", "--groups", "2", "--steps", "12",
+                 "--hidden-size", "64", "--repeats", "1", "--only", "grpo", "bipace_q"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["all_agree"] is True
+    assert set(summary["estimators"]) == {"grpo", "bipace_q"}
+    assert summary["estimators"]["bipace_q"]["ms"] > 0 and summary["estimators"]["bipace_q"]["agree"]
+    expected = "native" if native.compiler() is not None else summary["bigpo_decisions"]
+    assert summary["bigpo_decisions"] == expected != "not loaded yet"

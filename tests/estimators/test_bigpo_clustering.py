@@ -1,5 +1,5 @@
-"""BiGPO seed clustering: every block size, candidate chunk and thread count gives the labels of the
-row-by-row greedy pass."""
+"""BiGPO seed clustering: every block size, candidate chunk and thread count, on the numpy path and
+with the compiled block decisions, gives the labels of the row-by-row greedy pass."""
 
 import threading
 
@@ -8,10 +8,12 @@ import torch
 
 from agentrl.bench._estimators_reference import reference_clusters
 from agentrl.bench.estimators import make_workload
+from agentrl import native
 from agentrl.estimators import bigpo_clustering
 from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
 
 EPS = 0.10
+needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: the native kernel cannot be built")
 
 
 @pytest.fixture(scope="module")
@@ -39,35 +41,72 @@ def test_block_and_chunk_sizes_give_the_row_by_row_labels(batch, reference, bloc
     monkeypatch.setattr(bigpo_clustering, "_seed_clusters",
                         lambda x, threshold, block: seed_clusters(x, threshold, block, chunk))
     group, num_groups = batch.group_segments()
-    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, block=block)
+    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, block=block, use_native=False)
     assert num == int(reference.max()) + 1 > 200
     assert torch.equal(labels, reference)
 
 
-def test_groups_run_on_the_torch_threads_with_identical_labels(batch, threads, monkeypatch):
+@needs_compiler
+@pytest.mark.parametrize("block", [1, 3, 4, 5, 64, 1000])
+@pytest.mark.parametrize("hidden_size", [64, 37])       # whole 16-float vectors, and a scalar tail
+def test_native_block_decisions_give_the_row_by_row_labels(block, hidden_size):
+    batch = make_workload(num_trajectories=24, num_groups=6, steps=30, hidden_size=hidden_size, seed=1)
+    group, num_groups = batch.group_segments()
+    assert bigpo_clustering.native_kernel() is not None, native.native_status(bigpo_clustering.NATIVE_SOURCE)
+    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, native_block=block)
+    reference = torch.tensor(reference_clusters(batch, EPS, "seed"))
+    assert num == int(reference.max()) + 1 > 200
+    assert torch.equal(labels, reference)
+
+
+@needs_compiler
+@pytest.mark.parametrize("eps", [0.0, 0.3])
+def test_native_path_groups_duplicates_and_breaks_ties_to_the_older_seed(eps):
+    """eps = 0 joins exact duplicates only; a row equidistant from two seeds joins the older one."""
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(5, 40, generator=gen)
+    rows = base[torch.randint(0, 5, (60,), generator=gen)] * (1 + torch.rand(60, 1, generator=gen))
+    a, b = torch.zeros(40), torch.zeros(40)
+    a[0], b[1] = 1.0, 1.0
+    rows = torch.cat([a[None], b[None], (a + b)[None], rows])       # (a + b) is at 0.707 of both seeds
+    group = torch.zeros(len(rows), dtype=torch.int64)
+    for threshold_eps in (eps, 0.3):
+        fast, n_fast = greedy_cosine_clusters(rows, group, 1, threshold_eps, native_block=4)
+        slow, n_slow = greedy_cosine_clusters(rows, group, 1, threshold_eps, use_native=False)
+        assert torch.equal(fast, slow) and n_fast == n_slow
+    labels, num = greedy_cosine_clusters(rows, group, 1, 0.3, native_block=4)
+    assert labels[2] == labels[0] != labels[1]                     # cosine 0.707 >= 0.7: the older seed
+    labels, num = greedy_cosine_clusters(rows, group, 1, 0.0, native_block=4)
+    assert num == 3 + 5                                            # a, b, a + b and the 5 directions
+
+
+@pytest.mark.parametrize("use_native", [pytest.param(True, marks=needs_compiler), False])
+def test_groups_run_on_the_torch_threads_with_identical_labels(batch, threads, monkeypatch, use_native):
     perm = torch.randperm(len(batch), generator=torch.Generator().manual_seed(0)).tolist()
     shuffled = batch.select(perm)                       # groups interleaved: gathered, not views
     group, num_groups = shuffled.group_segments()
     torch.set_num_threads(1)
-    single, num_single = greedy_cosine_clusters(shuffled.hidden, group, num_groups, EPS)
+    single, num_single = greedy_cosine_clusters(shuffled.hidden, group, num_groups, EPS, use_native=use_native)
 
     seen = []
-    seed_clusters = bigpo_clustering._seed_clusters
+    name = "_seed_clusters_native" if use_native else "_seed_clusters"
+    seed_clusters = getattr(bigpo_clustering, name)
 
     def recording(*args, **kwargs):
         seen.append((threading.get_ident(), torch.get_num_threads()))
         return seed_clusters(*args, **kwargs)
 
-    monkeypatch.setattr(bigpo_clustering, "_seed_clusters", recording)
+    monkeypatch.setattr(bigpo_clustering, name, recording)
     torch.set_num_threads(2)
-    labels, num = greedy_cosine_clusters(shuffled.hidden, group, num_groups, EPS)
+    labels, num = greedy_cosine_clusters(shuffled.hidden, group, num_groups, EPS, use_native=use_native)
     assert torch.get_num_threads() == 2                 # restored after the parallel section
     assert torch.equal(labels, single) and num == num_single
     assert len(seen) == num_groups
     assert all(ident != threading.get_ident() and intra == 1 for ident, intra in seen)
 
 
-def test_rows_at_the_radius_get_the_row_by_row_labels():
+@pytest.mark.parametrize("use_native", [pytest.param(True, marks=needs_compiler), False])
+def test_rows_at_the_radius_get_the_row_by_row_labels(use_native):
     """Rows at cosines 0.93-0.97 from a few directions: two rows of one direction are at about
     0.86-0.94 from each other, around the eps = 0.10 radius (0.90), so many joins are decided by
     the last digits of a cosine."""
@@ -82,6 +121,6 @@ def test_rows_at_the_radius_get_the_row_by_row_labels():
     batch = make_workload(num_trajectories=groups * 4, num_groups=groups, steps=per_group // 4, hidden_size=8,
                           seed=0).with_columns(hidden=rows.reshape(-1, hidden))
     group, num_groups = batch.group_segments()
-    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS)
+    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, use_native=use_native)
     assert torch.equal(labels, torch.tensor(reference_clusters(batch, EPS, "seed")))
     assert 3 * 6 < num < len(batch) // 2        # neither one cluster per direction nor mostly singletons

@@ -1,0 +1,95 @@
+"""agentrl.native: C kernels compiled on first use into a cache, with a clear fallback."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl import native
+from agentrl.estimators import bigpo_clustering
+from agentrl.estimators.bigpo_clustering import NATIVE_SOURCE, greedy_cosine_clusters
+
+needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """An empty kernel cache and no memo; the memo is dropped again afterwards."""
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    native.forget_kernels()
+    yield tmp_path
+    native.forget_kernels()
+
+
+def clustering_case():
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn(8, 48, generator=gen)[torch.randint(0, 8, (90,), generator=gen)]
+    rows = rows + 0.05 * torch.randn(90, 48, generator=gen)
+    return rows, torch.zeros(90, dtype=torch.int64)
+
+
+@needs_compiler
+def test_kernel_is_built_once_into_the_cache_and_reused(fresh):
+    lib = native.load_kernel(NATIVE_SOURCE)
+    assert lib is not None and native.native_status(NATIVE_SOURCE) == "native"
+    built = list((fresh / "cache" / "native").glob("bigpo_block-*.so"))
+    assert len(built) == 1
+    mtime = built[0].stat().st_mtime_ns
+    assert list((fresh / "cache" / "native").glob("*.so")) == built      # no temporary left behind
+    native.forget_kernels()
+    assert native.load_kernel(NATIVE_SOURCE) is not None
+    assert built[0].stat().st_mtime_ns == mtime                           # loaded, not rebuilt
+
+
+def test_switched_off_falls_back_with_a_warning_and_the_same_labels(fresh, monkeypatch):
+    rows, group = clustering_case()
+    slow, _ = greedy_cosine_clusters(rows, group, 1, 0.1, use_native=False)
+    monkeypatch.setenv("AGENTRL_NATIVE", "0")
+    with pytest.warns(UserWarning, match="AGENTRL_NATIVE=0"):
+        assert bigpo_clustering.native_kernel() is None
+    labels, _ = greedy_cosine_clusters(rows, group, 1, 0.1)
+    assert torch.equal(labels, slow)
+    assert not (fresh / "cache").exists()
+
+
+def test_a_failing_compiler_is_reported_and_nothing_is_cached(fresh, monkeypatch):
+    broken = fresh / "broken-cc"
+    broken.write_text("#!/bin/sh\necho 'broken-cc: cannot compile' >&2\nexit 1\n")
+    broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(broken))
+    with pytest.warns(UserWarning, match="cannot compile"):
+        assert native.load_kernel(NATIVE_SOURCE) is None
+    assert "broken-cc: cannot compile" in native.native_status(NATIVE_SOURCE)
+    assert list((fresh / "cache" / "native").glob("*")) == []             # temporaries removed
+    rows, group = clustering_case()
+    labels, _ = greedy_cosine_clusters(rows, group, 1, 0.1)               # the numpy path
+    assert torch.equal(labels, greedy_cosine_clusters(rows, group, 1, 0.1, use_native=False)[0])
+
+
+@needs_compiler
+def test_flags_the_compiler_rejects_fall_back_to_portable_ones(fresh, monkeypatch):
+    """A compiler without -march=native (some non-x86 toolchains) still builds the kernel with -O3."""
+    real = native.compiler()
+    picky = fresh / "picky-cc"
+    picky.write_text(f'#!/bin/sh\ncase "$*" in *-march=native*) echo "unknown flag" >&2; exit 1;; esac\n'
+                     f'exec {real} "$@"\n')
+    picky.chmod(picky.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(picky))
+    lib = native.load_kernel(NATIVE_SOURCE)
+    assert lib is not None
+    rows, group = clustering_case()
+    labels, _ = greedy_cosine_clusters(rows, group, 1, 0.1, native_block=5)
+    assert torch.equal(labels, greedy_cosine_clusters(rows, group, 1, 0.1, use_native=False)[0])
+
+
+def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "x"))
+    assert native.cache_dir() == tmp_path / "x" / "native"
+    monkeypatch.delenv("AGENTRL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert native.cache_dir() == tmp_path / "xdg" / "agentrl" / "native"
+    assert Path(os.fspath(NATIVE_SOURCE)).is_file()                       # shipped next to the module
