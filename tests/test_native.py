@@ -79,11 +79,15 @@ def test_flags_the_compiler_rejects_fall_back_to_portable_ones(fresh, monkeypatc
                      f'exec {real} "$@"\n')
     picky.chmod(picky.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("CC", str(picky))
-    lib = native.load_kernel(NATIVE_SOURCE)
+    lib = bigpo_clustering.native_kernel()
     assert lib is not None
+    assert lib.bigpo_has_bf16_tiles() == 0             # portable build: the in-block screen is float32
     rows, group = clustering_case()
-    labels, _ = greedy_cosine_clusters(rows, group, 1, 0.1, native_block=5)
-    assert torch.equal(labels, greedy_cosine_clusters(rows, group, 1, 0.1, use_native=False)[0])
+    expected, _ = greedy_cosine_clusters(rows, group, 1, 0.1, use_native=False)
+    for screen in (False, True):                       # screened: bfloat16 matmul + float32 tiles
+        for block in (None, 5):
+            labels, _ = greedy_cosine_clusters(rows, group, 1, 0.1, native_block=block, screen=screen)
+            assert torch.equal(labels, expected)
 
 
 def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
@@ -93,3 +97,18 @@ def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert native.cache_dir() == tmp_path / "xdg" / "agentrl" / "native"
     assert Path(os.fspath(NATIVE_SOURCE)).is_file()                       # shipped next to the module
+
+
+def test_bfloat16_screen_switch(monkeypatch):
+    from agentrl.estimators import bigpo_native
+
+    assert bigpo_native.bf16_products_accumulate_in_float32(512)    # torch's CPU matmul, any CPU
+    try:
+        monkeypatch.setenv("AGENTRL_BIGPO_BF16", "0")
+        bigpo_native.screen_available.cache_clear()
+        assert bigpo_native.screen_available() is False
+        monkeypatch.setenv("AGENTRL_BIGPO_BF16", "1")
+        bigpo_native.screen_available.cache_clear()
+        assert bigpo_native.screen_available() is True
+    finally:
+        bigpo_native.screen_available.cache_clear()

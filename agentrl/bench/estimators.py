@@ -239,26 +239,25 @@ def run(args) -> int:
         for key in ("singleton_rate", "obs_hash_singleton_rate", "step_group_singleton_rate", "mean_cluster_size"):
             if key in diagnostics:
                 results[label][key] = round(diagnostics[key], 4)
-    from agentrl import native
-    from agentrl.estimators.bigpo_clustering import NATIVE_SOURCE
+    from agentrl.estimators.bigpo_native import describe_path
     summary = {
         "workload": workload,
         "cpu": cpu_model(), "torch_threads": torch.get_num_threads(),
-        "bigpo_decisions": native.native_status(NATIVE_SOURCE),    # "native", or why the numpy path ran
+        "bigpo_path": describe_path(),       # compiled decisions / bfloat16 screen, or why not
         "estimators": results, "all_agree": ok,
     }
     if args.json:
         print(json.dumps(summary))
     else:
         print(f"{len(batch)} step records, {batch.num_groups} groups, hidden {args.hidden_size}; "
-              f"{summary['cpu']}, {summary['torch_threads']} torch threads; BiGPO decisions: "
-              f"{summary['bigpo_decisions']}")
+              f"{summary['cpu']}, {summary['torch_threads']} torch threads; BiGPO seed pass: "
+              f"{summary['bigpo_path']}")
         print(f"observation-hash singletons {workload['obs_hash_singleton_rate']:.1%} "
               f"({workload['obs_hash_groups_per_group']:g} anchor groups per group); BiGPO eps "
               f"{workload['bigpo_eps']:g}: singletons {workload['bigpo_singleton_rate']:.1%} "
               f"({workload['bigpo_clusters_per_group']:g} clusters per group)")
-        print(f"BiGPO exact pass: {workload['bigpo_gflop']:g} GFLOP of row-seed cosines; torch.mm "
-              f"{workload['gemm_gflops']:g} GFLOP/s here -> at least {workload['bigpo_gemm_bound_ms']:g} ms")
+        print(f"BiGPO exact pass: {workload['bigpo_gflop']:g} GFLOP of row-seed cosines; float32 torch.mm at "
+              f"{workload['gemm_gflops']:g} GFLOP/s here would take {workload['bigpo_gemm_bound_ms']:g} ms")
         print(f"{'estimator':26s} {'ms':>8s} {'reference ms':>13s} {'speed-up':>9s}  agree")
         for label, r in results.items():
             print(f"{label:26s} {r['ms']:8.2f} {r['reference_ms']:13.1f} {r['speedup']:8.1f}x  {r['agree']}")

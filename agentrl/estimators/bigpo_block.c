@@ -1,4 +1,4 @@
-/* BiGPO seed clustering: the greedy decisions of one block of rows (see bigpo_clustering.py).
+/* BiGPO seed clustering: the greedy decisions of one block of rows (see bigpo_native.py).
  *
  * Compiled on first use by agentrl/native.py (cc -O3 -march=native -shared) and called through
  * ctypes, which releases the GIL, so two Python threads cluster two groups at once. The product
@@ -6,11 +6,32 @@
  * (``old_sims``, raw dot products); this file makes, row by row and in order, the decisions the
  * row-by-row greedy pass makes: the most similar seed (first maximum: the older one wins ties),
  * the cosines with the seeds created earlier in the same block computed here, join when the best
- * cosine is at least ``threshold``, else become a seed. Each cosine is ``dot / (|x| |s|)`` in float32,
- * the product of the norms taken first, as the numpy path does.
+ * cosine is at least ``threshold``, else become a seed. Each exact cosine is ``dot / (|x| |s|)`` in
+ * float32, the product of the norms taken first, as the numpy path does.
+ *
+ * Screened mode (``delta`` > 0): ``old_sims`` are bfloat16 products of the bfloat16-rounded rows
+ * and seeds, each within ``delta`` of the float32 cosine once divided by the float32 norms (the
+ * caller derives the bound). For a row's old seeds, with M the largest screened cosine:
+ *   - M < threshold - delta: no old seed reaches the radius;
+ *   - M >= threshold + delta and every other screened cosine < M - 2 delta: the seed at M is the
+ *     most similar old seed and inside the radius; its exact cosine is computed only if a seed of
+ *     the row's own block comes within delta of it ("pending");
+ *   - otherwise the seeds screening at or above max(threshold - delta, M - 2 delta) get exact
+ *     cosines; any other seed is outside the radius or less similar than the one at M.
+ * Where the CPU has AVX512-BF16, the cosines with the block's own seeds are screened the same way
+ * (bfloat16 products accumulated in float32, within delta): a seed screening below
+ * threshold - delta cannot be joined and is skipped, the others get exact cosines. So every
+ * decision equals the exact mode's.
  */
 #include <stdint.h>
 #include <string.h>
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define HAVE_BF16_TILES 1
+#else
+#define HAVE_BF16_TILES 0
+#endif
 
 typedef float vec16 __attribute__((vector_size(64), aligned(4)));   /* unaligned loads */
 
@@ -18,6 +39,13 @@ static float horizontal_sum(vec16 v) {
     float total = 0.0f;
     for (int lane = 0; lane < 16; lane++) total += v[lane];
     return total;
+}
+
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
 }
 
 static float dot_1x1(const float *row, const float *s, int64_t d) {
@@ -29,7 +57,7 @@ static float dot_1x1(const float *row, const float *s, int64_t d) {
     return total;
 }
 
-/* Dot products of four rows with four vectors: out[r][q] = rows[r] . seeds[q]. */
+/* Dot products of four rows with four vectors: out[r][q] = row[r] . seed[q]. */
 static void dot_4x4(const float *const row[4], const float *const seed[4], int64_t d, float out[4][4]) {
     vec16 acc[4][4];
     memset(acc, 0, sizeof(acc));
@@ -50,73 +78,201 @@ static void dot_4x4(const float *const row[4], const float *const seed[4], int64
         }
 }
 
-/* Most similar seed of one row among ``seeds[lo .. hi)`` given their raw dot products
- * ``dots[j - lo]``: updates (best, arg) on a strictly larger cosine, so the older seed wins ties. */
-static void take_best(const float *dots, int64_t lo, int64_t hi, float norm, const float *seed_norm,
-                      float *best, int64_t *arg) {
-    for (int64_t j = lo; j < hi; j++) {
-        float cosine = dots[j - lo] / (norm * seed_norm[j]);
-        if (cosine > *best) { *best = cosine; *arg = j; }
+#if HAVE_BF16_TILES
+/* The same on bfloat16 vectors, products accumulated in float32 (VDPBF16PS). */
+static void dot_4x4_bf16(const uint16_t *const row[4], const uint16_t *const seed[4], int64_t d,
+                         float out[4][4]) {
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int q = 0; q < 4; q++) acc[r][q] = _mm512_setzero_ps();
+    int64_t t = 0;
+    for (; t + 32 <= d; t += 32) {
+        __m512bh s[4];
+        for (int q = 0; q < 4; q++) s[q] = (__m512bh)_mm512_loadu_si512((const void *)(seed[q] + t));
+        for (int r = 0; r < 4; r++) {
+            __m512bh x = (__m512bh)_mm512_loadu_si512((const void *)(row[r] + t));
+            for (int q = 0; q < 4; q++) acc[r][q] = _mm512_dpbf16_ps(acc[r][q], x, s[q]);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int q = 0; q < 4; q++) {
+            float total = _mm512_reduce_add_ps(acc[r][q]);
+            for (int64_t u = t; u < d; u++) total += bf16_to_float(row[r][u]) * bf16_to_float(seed[q][u]);
+            out[r][q] = total;
+        }
+}
+#endif
+
+static inline uint16_t float_to_bf16(float f) {        /* round to nearest even; f is finite */
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* One pass over a group's float32 rows (memory bandwidth is what two threads share): each row's
+ * norm (float32 sum of squares in 16 lanes, then sqrt; not clamped) and its bfloat16 copy. */
+void bigpo_prepare(const float *x, int64_t n, int64_t d, uint16_t *x_bf16, float *norm) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = x + i * d;
+        uint16_t *out = x_bf16 + i * d;
+        vec16 acc = {0};
+        int64_t t = 0;
+        for (; t + 16 <= d; t += 16) {
+            vec16 v = *(const vec16 *)(row + t);
+            acc += v * v;
+            for (int lane = 0; lane < 16; lane++) out[t + lane] = float_to_bf16(v[lane]);
+        }
+        float total = horizontal_sum(acc);
+        for (; t < d; t++) { total += row[t] * row[t]; out[t] = float_to_bf16(row[t]); }
+        norm[i] = __builtin_sqrtf(total);
     }
 }
 
-/* Decide the rows ``start .. start + b - 1`` of a group.
+/* 1 when the in-block cosines are screened in bfloat16 (AVX512-BF16 at compile time). */
+int bigpo_has_bf16_tiles(void) { return HAVE_BF16_TILES; }
+
+/* One group: its rows (float32 and, screened, bfloat16), norms and seeds. */
+typedef struct {
+    const float *x;
+    const uint16_t *x_bf16;
+    const float *norm;
+    const int64_t *seed_row;           /* seed -> group-local row */
+    int64_t d;
+    int64_t *settled;                  /* exact cosines the screens asked for */
+} Group;
+
+static float exact_cosine(const Group *g, int64_t i, int64_t seed) {
+    const int64_t s = g->seed_row[seed];
+    ++*g->settled;
+    return dot_1x1(g->x + i * g->d, g->x + s * g->d, g->d) / (g->norm[i] * g->norm[s]);
+}
+
+/* Where one row stands: its most similar seed so far (``arg``, exact cosine ``best``), or an old
+ * seed known to be the most similar old one and inside the radius whose exact cosine is not
+ * computed yet (``pending``: it lies in [low, high]). */
+typedef struct {
+    float best, low, high;
+    int64_t arg;
+    int pending;
+} RowBest;
+
+/* Offer seed j with exact ``cosine``: a strictly larger cosine wins, so the older seed wins ties. */
+static void offer_exact(RowBest *rb, int64_t j, float cosine, const Group *g, int64_t i) {
+    if (rb->pending) {
+        if (cosine < rb->low) return;                       /* the pending seed is more similar */
+        if (cosine > rb->high) { rb->pending = 0; rb->best = cosine; rb->arg = j; return; }
+        rb->best = exact_cosine(g, i, rb->arg);             /* too close to call: compute it */
+        rb->pending = 0;
+    }
+    if (cosine > rb->best) { rb->best = cosine; rb->arg = j; }
+}
+
+/* Offer seed j with a screened cosine ``approx`` (the exact one is within delta of it). The exact
+ * cosine is computed only when the screen cannot tell how j compares with the row's best so far
+ * or with the radius; a seed that certainly wins and is certainly inside the radius becomes
+ * pending. Seeds are offered oldest first and replace the best only when strictly more similar,
+ * so the outcome is the exact first maximum. */
+static void offer_screened(RowBest *rb, int64_t j, float approx, const Group *g, int64_t i, float threshold,
+                           float delta) {
+    const float low = approx - delta, high = approx + delta;
+    if (high < threshold) return;                          /* outside the radius: never joined */
+    if (rb->pending) {
+        if (high < rb->low) return;
+        if (low > rb->high) { rb->arg = j; rb->low = low; rb->high = high; return; }
+    } else {
+        if (high < rb->best) return;
+        if (low > rb->best && low >= threshold) { rb->pending = 1; rb->arg = j; rb->low = low; rb->high = high; return; }
+    }
+    offer_exact(rb, j, exact_cosine(g, i, j), g, i);
+}
+
+/* Decide rows start .. start + b - 1 of a group.
  *
- * rows      b x d, the block's rows (contiguous)
- * row_norm  b, their norms
- * old_sims  b x k0 raw dot products with the seeds 0 .. k0-1 (ignored when k0 == 0)
- * seed_vec  capacity x d: seeds in order of creation; new seeds are appended at k0, k0+1, ...
- * seed_norm, seed_row   the seeds' norms and group-local row indices, appended likewise
- * owner     group-local seed row of every row of the group; rows start .. start+b-1 are written
+ * x, x_bf16  the group's rows (n x d float32; bfloat16 copy in screened mode, else NULL)
+ * norm       the group's row norms
+ * old_sims   b x k0 raw dot products of the block's rows with seeds 0 .. k0-1, float32 (exact
+ *            mode) or bfloat16 (screened mode, delta > 0); ignored when k0 == 0
+ * seed_vec   float32 copies of the seeds in order of creation, for the caller's matmul (exact
+ *            mode; NULL in screened mode), appended at k0, k0+1, ...
+ * seed_bf16  bfloat16 copies likewise (screened mode; else NULL)
+ * seed_row   the seeds' group-local rows, appended likewise
+ * owner      group-local seed row of every row; rows start .. start+b-1 are written
+ * settled    incremented by the number of exact cosines the screens asked for (may be NULL)
  * Returns the number of seeds after the block.
  *
- * Rows go four at a time: their dot products with the seeds the block had before the quad are
- * 4 x 4 tiles (each vector load feeds four FMAs); then the quad is settled row by row, each row
- * also compared with the seeds its quad created before it.
+ * Rows go four at a time: their cosines with the seeds the block had before the quad come from
+ * 4 x 4 tiles of dot products (each vector load feeds four FMAs; a short tile repeats a row or a
+ * seed), then the quad is settled row by row, each row also compared with the seeds its own quad
+ * created before it.
  */
-int64_t bigpo_decide_block(const float *rows, int64_t b, int64_t d, const float *row_norm,
-                           const float *old_sims, int64_t k0, float threshold, int64_t start,
-                           float *seed_vec, float *seed_norm, int64_t *seed_row, int64_t *owner) {
-    int64_t k = k0;
-    for (int64_t i0 = 0; i0 < b; i0 += 4) {
-        const int64_t quad = b - i0 < 4 ? b - i0 : 4;
-        float best[4];
-        int64_t arg[4];
-        const float *row[4];
-        for (int r = 0; r < 4; r++) {
-            row[r] = rows + (i0 + (r < quad ? r : 0)) * d;     /* a short quad repeats its first row */
-            best[r] = -__builtin_inff();
-            arg[r] = -1;
-            if (r < quad)
-                take_best(old_sims + (i0 + r) * k0, 0, k0, row_norm[i0 + r], seed_norm, &best[r], &arg[r]);
+int64_t bigpo_decide_block(const float *x, const uint16_t *x_bf16, const float *norm, int64_t start, int64_t b,
+                           int64_t d, const void *old_sims, int64_t k0, float threshold, float delta,
+                           float *seed_vec, uint16_t *seed_bf16, int64_t *seed_row, int64_t *owner,
+                           int64_t *settled) {
+    int64_t k = k0, settled_here = 0;
+    const Group g = {x, x_bf16, norm, seed_row, d, &settled_here};
+    const int screened = delta > 0.0f;
+    const int bf16_tiles = screened && HAVE_BF16_TILES;
+    for (int64_t i0 = start; i0 < start + b; i0 += 4) {
+        const int64_t quad = start + b - i0 < 4 ? start + b - i0 : 4;
+        RowBest rb[4];
+        for (int r = 0; r < quad; r++) {
+            const int64_t i = i0 + r;
+            rb[r] = (RowBest){-__builtin_inff(), 0.0f, 0.0f, -1, 0};
+            if (k0 == 0) continue;
+            if (screened) {
+                const uint16_t *approx = (const uint16_t *)old_sims + (i - start) * k0;
+                for (int64_t j = 0; j < k0; j++)
+                    offer_screened(&rb[r], j, bf16_to_float(approx[j]) / (norm[i] * norm[seed_row[j]]), &g, i,
+                                   threshold, delta);
+            } else {
+                const float *sims = (const float *)old_sims + (i - start) * k0;
+                for (int64_t j = 0; j < k0; j++) offer_exact(&rb[r], j, sims[j] / (norm[i] * norm[seed_row[j]]), &g, i);
+            }
         }
         const int64_t k_quad = k;                  /* seeds created before this quad */
-        int64_t j = k0;
-        for (; j + 4 <= k_quad; j += 4) {
-            const float *seed[4] = {seed_vec + j * d, seed_vec + (j + 1) * d, seed_vec + (j + 2) * d,
-                                    seed_vec + (j + 3) * d};
+        for (int64_t j = k0; j < k_quad; j += 4) {
+            const int64_t width = k_quad - j < 4 ? k_quad - j : 4;
+            int64_t srow[4], rrow[4];
+            for (int q = 0; q < 4; q++) srow[q] = seed_row[j + (q < width ? q : 0)];
+            for (int r = 0; r < 4; r++) rrow[r] = i0 + (r < quad ? r : 0);
             float dots[4][4];
-            dot_4x4(row, seed, d, dots);
+#if HAVE_BF16_TILES
+            if (bf16_tiles) {
+                const uint16_t *rows[4], *seeds[4];
+                for (int q = 0; q < 4; q++) seeds[q] = x_bf16 + srow[q] * d;
+                for (int r = 0; r < 4; r++) rows[r] = x_bf16 + rrow[r] * d;
+                dot_4x4_bf16(rows, seeds, d, dots);
+                for (int r = 0; r < quad; r++)
+                    for (int q = 0; q < width; q++)
+                        offer_screened(&rb[r], j + q, dots[r][q] / (norm[i0 + r] * norm[srow[q]]), &g, i0 + r,
+                                       threshold, delta);
+                continue;
+            }
+#endif
+            const float *rows[4], *seeds[4];
+            for (int q = 0; q < 4; q++) seeds[q] = x + srow[q] * d;
+            for (int r = 0; r < 4; r++) rows[r] = x + rrow[r] * d;
+            dot_4x4(rows, seeds, d, dots);
             for (int r = 0; r < quad; r++)
-                take_best(dots[r], j, j + 4, row_norm[i0 + r], seed_norm, &best[r], &arg[r]);
+                for (int q = 0; q < width; q++)
+                    offer_exact(&rb[r], j + q, dots[r][q] / (norm[i0 + r] * norm[srow[q]]), &g, i0 + r);
         }
         for (int r = 0; r < quad; r++) {
             const int64_t i = i0 + r;
-            const float norm = row_norm[i];
-            for (int64_t s = j; s < k; s++) {       /* the rest before the quad, then the quad's own */
-                float dot = dot_1x1(row[r], seed_vec + s * d, d);
-                take_best(&dot, s, s + 1, norm, seed_norm, &best[r], &arg[r]);
-            }
-            if (arg[r] >= 0 && best[r] >= threshold) {
-                owner[start + i] = seed_row[arg[r]];
+            for (int64_t s = k_quad; s < k; s++)      /* seeds created by this quad's earlier rows */
+                offer_exact(&rb[r], s, dot_1x1(x + i * d, x + seed_row[s] * d, d) / (norm[i] * norm[seed_row[s]]), &g, i);
+            if (rb[r].arg >= 0 && (rb[r].pending || rb[r].best >= threshold)) {
+                owner[i] = seed_row[rb[r].arg];
             } else {
-                memcpy(seed_vec + k * d, row[r], (size_t)d * sizeof(float));
-                seed_norm[k] = norm;
-                seed_row[k] = start + i;
-                owner[start + i] = start + i;
+                if (seed_vec) memcpy(seed_vec + k * d, x + i * d, (size_t)d * sizeof(float));
+                if (seed_bf16) memcpy(seed_bf16 + k * d, x_bf16 + i * d, (size_t)d * sizeof(uint16_t));
+                seed_row[k] = i;
+                owner[i] = i;
                 k++;
             }
         }
     }
+    if (settled) *settled += settled_here;
     return k;
 }

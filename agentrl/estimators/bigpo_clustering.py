@@ -14,12 +14,13 @@ Centroids (the sources do not say which; both are offered):
   candidates (it skips most of the pairs that a row cannot join, about 8 % of the FLOPs on the
   bench workload), and only the acceptance of the candidates is resolved in Python. The result is
   identical to the row-by-row greedy pass; the work is each row's cosine with every earlier seed
-  of its group (rows x clusters, not rows^2). When a C compiler is available the block's
-  decisions run compiled instead (``bigpo_block.c``, built on first use by :mod:`agentrl.native`):
-  one ``torch.mm`` per block against the earlier seeds, then one call that settles the block's
-  rows in order and computes their cosines with the seeds created inside the block (4 x 4 tiles of
-  dot products), with no candidate copies, staircase or numpy bookkeeping. The labels are the
-  same; ``AGENTRL_NATIVE=0`` or ``use_native=False`` selects the numpy path. Groups are independent: with
+  of its group (rows x clusters, not rows^2). When a C compiler is available the pass runs
+  compiled instead (:mod:`agentrl.estimators.bigpo_native`, ``bigpo_block.c``, built on first use
+  by :mod:`agentrl.native`): the C code settles rows in order and computes their cosines with the
+  seeds of their own block in 4 x 4 tiles. On CPUs with native bfloat16 (AVX512-BF16) the
+  cosines are first screened in bfloat16, with a proven error bound, and only the pairs the
+  screen cannot decide are computed in float32; the whole group is then one C call. The labels
+  are the same; ``AGENTRL_NATIVE=0`` or ``use_native=False`` selects the numpy path. Groups are independent: with
   ``torch.get_num_threads()`` > 1 they are spread over that many Python threads, each matmul on
   one intra-op thread (the matmuls release the GIL and are most of the time; a two-thread matmul
   per block gains little at these shapes, and on cores shared with other processes it stalls at
@@ -33,23 +34,19 @@ rounds to slightly below 1.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agentrl import native
+from agentrl.estimators.bigpo_native import NATIVE_SOURCE, native_kernel, screen_available, seed_clusters_native
 
 DISTANCE_TOLERANCE = 1e-6
 CENTROIDS = ("seed", "mean")
 BLOCK = 64              # rows per matmul against the earlier seeds
 CANDIDATE_CHUNK = 16    # candidates per matmul of the staircase within a block
-NATIVE_SOURCE = Path(__file__).with_name("bigpo_block.c")
-NATIVE_BLOCK = 64       # rows per matmul against the earlier seeds, native decisions
 
 
 def group_row_blocks(group: torch.Tensor, num_groups: int) -> list[torch.Tensor]:
@@ -131,43 +128,6 @@ def _seed_clusters(x: torch.Tensor, threshold: float, block: int, chunk: int = C
     return owner
 
 
-def native_kernel() -> ctypes.CDLL | None:
-    """The compiled block decisions (``bigpo_block.c``), or None (then the numpy path runs)."""
-    lib = native.load_kernel(NATIVE_SOURCE)
-    if lib is not None and not getattr(lib, "_agentrl_typed", False):
-        ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-        lib.bigpo_decide_block.argtypes = [ptr, i64, i64, ptr, ptr, i64, ctypes.c_float, i64, ptr, ptr, ptr, ptr]
-        lib.bigpo_decide_block.restype = i64
-        lib._agentrl_typed = True
-    return lib
-
-
-def _seed_clusters_native(x: torch.Tensor, threshold: float, block: int, lib: ctypes.CDLL) -> np.ndarray:
-    """``_seed_clusters`` with the decisions in C: per block one ``torch.mm`` against the earlier
-    seeds, then one call that settles the block's rows in order, computing their cosines with
-    the seeds created inside the block (``bigpo_block.c``). Same labels as the numpy path; both
-    the matmul and the call release the GIL, so groups cluster in parallel threads."""
-    n, d = x.shape
-    xs = x.numpy()
-    norm = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-12).numpy()
-    seed_vec = np.empty((n, d), dtype=np.float32)
-    seed_t = torch.from_numpy(seed_vec)
-    seed_norm = np.empty(n, dtype=np.float32)
-    seed_row = np.empty(n, dtype=np.int64)
-    owner = np.empty(n, dtype=np.int64)
-    row_bytes, float_bytes = d * xs.itemsize, xs.itemsize
-    k = 0
-    for start in range(0, n, block):
-        b = min(block, n - start)
-        old = torch.mm(x[start:start + b], seed_t[:k].t()).numpy() if k else None
-        k = lib.bigpo_decide_block(xs.ctypes.data + start * row_bytes, b, d,
-                                   norm.ctypes.data + start * float_bytes,
-                                   old.ctypes.data if old is not None else None, k, threshold, start,
-                                   seed_vec.ctypes.data, seed_norm.ctypes.data, seed_row.ctypes.data,
-                                   owner.ctypes.data)
-    return owner
-
-
 def _mean_clusters(x: torch.Tensor, threshold: float) -> torch.Tensor:
     """Cluster index (local) of every row of one group with running-mean centroids."""
     n = x.shape[0]
@@ -212,14 +172,16 @@ def _map_groups(fn, items: list) -> list:
 
 def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups: int, eps: float,
                            centroid: str = "seed", block: int = BLOCK, use_native: bool = True,
-                           native_block: int | None = None) -> tuple[torch.Tensor, int]:
+                           native_block: int | None = None, screen: bool | None = None) -> tuple[torch.Tensor, int]:
     """Cluster id (0..K-1, numbered group by group in order of creation) for every row.
 
     ``use_native`` runs the seed pass's decisions in the compiled kernel when it can be built
-    (``agentrl.native``); ``False`` forces the numpy path (same labels)."""
+    (``agentrl.native``); ``False`` forces the numpy path (same labels). ``screen`` (native path
+    only) takes the products against earlier seeds in bfloat16 and settles what they cannot
+    decide in float32 (same labels); None uses it where this CPU multiplies bfloat16 natively."""
     n = hidden.shape[0]
     lib = native_kernel() if use_native and centroid == "seed" else None
-    native_block = native_block or NATIVE_BLOCK
+    screened = lib is not None and (screen_available() if screen is None else screen)
     labels = torch.empty(n, dtype=torch.int64)
     threshold = 1.0 - float(eps) - DISTANCE_TOLERANCE
 
@@ -230,7 +192,7 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
         x = x.detach().to(torch.float32)
         if centroid == "seed":
             x = x.contiguous()
-            owner = (_seed_clusters_native(x, threshold, native_block, lib) if lib is not None
+            owner = (seed_clusters_native(x, threshold, native_block, lib, screened)[0] if lib is not None
                      else _seed_clusters(x, threshold, block))
             return torch.from_numpy(np.unique(owner, return_inverse=True)[1].reshape(-1))
         return _mean_clusters(F.normalize(x, dim=1), threshold)

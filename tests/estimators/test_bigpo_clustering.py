@@ -47,16 +47,62 @@ def test_block_and_chunk_sizes_give_the_row_by_row_labels(batch, reference, bloc
 
 
 @needs_compiler
-@pytest.mark.parametrize("block", [1, 3, 4, 5, 64, 1000])
-@pytest.mark.parametrize("hidden_size", [64, 37])       # whole 16-float vectors, and a scalar tail
-def test_native_block_decisions_give_the_row_by_row_labels(block, hidden_size):
+@pytest.mark.parametrize("screen", [False, True])
+@pytest.mark.parametrize("block", [None, 1, 3, 4, 5, 64, 1000])
+@pytest.mark.parametrize("hidden_size", [64, 37])       # whole vectors, and a scalar tail
+def test_native_block_decisions_give_the_row_by_row_labels(block, hidden_size, screen):
     batch = make_workload(num_trajectories=24, num_groups=6, steps=30, hidden_size=hidden_size, seed=1)
     group, num_groups = batch.group_segments()
     assert bigpo_clustering.native_kernel() is not None, native.native_status(bigpo_clustering.NATIVE_SOURCE)
-    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, native_block=block)
+    labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, native_block=block, screen=screen)
     reference = torch.tensor(reference_clusters(batch, EPS, "seed"))
     assert num == int(reference.max()) + 1 > 200
     assert torch.equal(labels, reference)
+
+
+@needs_compiler
+@pytest.mark.parametrize("block", [None, 64])
+def test_screen_settles_what_bfloat16_cannot_decide(block):
+    """Bench-shaped rows (hidden 3,584) whose revisits sit at cosines 0.86-0.99, around the radius
+    (0.90): the bfloat16 screen (error up to 0.012) must hand the close calls to float32."""
+    from agentrl.estimators.bigpo_native import screen_bound, seed_clusters_native
+
+    gen = torch.Generator().manual_seed(5)
+    hidden, rows_per_group = 3584, 200
+    anchors = torch.nn.functional.normalize(torch.randn(2, 12, hidden, generator=gen), dim=-1)
+    base = anchors[torch.arange(2)[:, None], torch.randint(0, 12, (2, rows_per_group), generator=gen)]
+    noise = torch.randn(2, rows_per_group, hidden, generator=gen)
+    noise = torch.nn.functional.normalize(noise - (noise * base).sum(-1, keepdim=True) * base, dim=-1)
+    cosine = 0.93 + 0.06 * torch.rand(2, rows_per_group, 1, generator=gen)
+    rows = (cosine * base + (1 - cosine ** 2).sqrt() * noise) * (0.5 + torch.rand(2, rows_per_group, 1, generator=gen))
+    rows = rows.reshape(-1, hidden)
+    group = torch.arange(2).repeat_interleave(rows_per_group)
+    lib = bigpo_clustering.native_kernel()
+    _, settled = seed_clusters_native(rows[:rows_per_group].contiguous(), 1 - EPS - 1e-6, block, lib, screened=True)
+    assert settled > 20                        # the screen really was undecided on some pairs
+    assert 0.0120 < screen_bound(hidden) < 0.0122
+    exact, num_exact = greedy_cosine_clusters(rows, group, 2, EPS, use_native=False)
+    screened, num_screened = greedy_cosine_clusters(rows, group, 2, EPS, native_block=block, screen=True)
+    assert torch.equal(screened, exact) and num_screened == num_exact
+    assert 24 < num_exact < len(rows) // 2
+
+
+@needs_compiler
+def test_screen_is_skipped_for_rows_outside_its_norm_range():
+    """Norms above 1e18 (bfloat16 products could overflow) or below 1e-15 (subnormals): such a
+    group runs unscreened, with the labels of the unscreened pass."""
+    from agentrl.estimators.bigpo_native import seed_clusters_native
+
+    batch = make_workload(num_trajectories=8, num_groups=1, steps=30, hidden_size=64, seed=2)
+    lib = bigpo_clustering.native_kernel()
+    threshold = 1 - EPS - 1e-6
+    _, settled = seed_clusters_native(batch.hidden.contiguous(), threshold, None, lib, screened=True)
+    assert settled > 0                                        # in range: screened
+    for scale in (5e18, 1e-16):
+        x = (batch.hidden * scale).contiguous()
+        owner, settled = seed_clusters_native(x, threshold, None, lib, screened=True)
+        expected, _ = seed_clusters_native(x, threshold, None, lib, screened=False)
+        assert settled == 0 and (owner == expected).all()
 
 
 @needs_compiler
@@ -71,9 +117,10 @@ def test_native_path_groups_duplicates_and_breaks_ties_to_the_older_seed(eps):
     rows = torch.cat([a[None], b[None], (a + b)[None], rows])       # (a + b) is at 0.707 of both seeds
     group = torch.zeros(len(rows), dtype=torch.int64)
     for threshold_eps in (eps, 0.3):
-        fast, n_fast = greedy_cosine_clusters(rows, group, 1, threshold_eps, native_block=4)
+        fast, n_fast = greedy_cosine_clusters(rows, group, 1, threshold_eps, native_block=4, screen=False)
+        screened, n_screened = greedy_cosine_clusters(rows, group, 1, threshold_eps, screen=True)
         slow, n_slow = greedy_cosine_clusters(rows, group, 1, threshold_eps, use_native=False)
-        assert torch.equal(fast, slow) and n_fast == n_slow
+        assert torch.equal(fast, slow) and torch.equal(screened, slow) and n_fast == n_slow == n_screened
     labels, num = greedy_cosine_clusters(rows, group, 1, 0.3, native_block=4)
     assert labels[2] == labels[0] != labels[1]                     # cosine 0.707 >= 0.7: the older seed
     labels, num = greedy_cosine_clusters(rows, group, 1, 0.0, native_block=4)
@@ -89,7 +136,7 @@ def test_groups_run_on_the_torch_threads_with_identical_labels(batch, threads, m
     single, num_single = greedy_cosine_clusters(shuffled.hidden, group, num_groups, EPS, use_native=use_native)
 
     seen = []
-    name = "_seed_clusters_native" if use_native else "_seed_clusters"
+    name = "seed_clusters_native" if use_native else "_seed_clusters"
     seed_clusters = getattr(bigpo_clustering, name)
 
     def recording(*args, **kwargs):

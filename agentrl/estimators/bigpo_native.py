@@ -1,0 +1,149 @@
+"""BiGPO's seed pass with compiled decisions (``bigpo_block.c``) and an optional bfloat16 screen.
+
+Per block of rows: one ``torch.mm`` against the seeds found before the block, then one C call
+that settles the block's rows in order (their cosines with the seeds created inside the block are
+4 x 4 tiles of float32 dot products in C). See :mod:`agentrl.estimators.bigpo_clustering` for the
+algorithm; the labels equal the numpy path's and the row-by-row pass's.
+
+**The bfloat16 screen.** On CPUs that multiply bfloat16 natively (AVX512-BF16 or AMX: two to
+three times the float32 rate) the product against earlier seeds, most of the work, is taken on
+bfloat16 copies of the rows. With ``u = 2^-8`` (bfloat16 unit roundoff) and the float32 norms of
+the original rows, the screened cosine of a row x and a seed s differs from the float32 cosine by
+at most
+
+    delta(d) = (2u + u^2)                rounding both vectors' entries (Cauchy-Schwarz)
+             + (u + d 2^-24) (1 + u)^2   rounding the float32-accumulated product to bfloat16
+             + 1e-4                      the float32 norms, divisions and the float32 cosine
+
+(0.0121 at d = 3,584). The C code settles exactly every old seed the screen cannot rule out (see
+the header of ``bigpo_block.c``), about one float32 dot product per row that joins a cluster, so
+the decisions are the float32 decisions. The bound assumes the matmul accumulates in float32;
+``screen_available`` checks that once on this machine with all-positive operands (no
+cancellation: a kernel accumulating in bfloat16 would miss by far more) before enabling it.
+Groups with non-finite rows, or norms outside [1e-20, 1e18] (bfloat16 subnormals, overflow), run
+unscreened. ``AGENTRL_BIGPO_BF16=0`` turns the screen off; ``=1`` turns it on without the CPU
+flag check (the accumulation check still runs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agentrl import native
+
+NATIVE_SOURCE = Path(__file__).with_name("bigpo_block.c")
+BF16_ROUNDOFF = 2.0 ** -8
+F32_ROUNDOFF = 2.0 ** -24
+SCREEN_SLACK = 1e-4
+SCREEN_NORM_RANGE = (1e-15, 1e18)
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+EXACT_BLOCK = 64            # rows per float32 matmul against the earlier seeds
+
+
+def native_kernel() -> ctypes.CDLL | None:
+    """The compiled block decisions, or None (then the numpy path runs; ``native`` says why)."""
+    lib = native.load_kernel(NATIVE_SOURCE)
+    if lib is not None and not getattr(lib, "_agentrl_typed", False):
+        ptr, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+        lib.bigpo_decide_block.argtypes = [ptr, ptr, ptr, i64, i64, i64, ptr, i64, f32, f32,
+                                           ptr, ptr, ptr, ptr, ptr]
+        lib.bigpo_decide_block.restype = i64
+        lib.bigpo_prepare.argtypes = [ptr, i64, i64, ptr, ptr]
+        lib.bigpo_prepare.restype = None
+        lib.bigpo_has_bf16_tiles.argtypes = []
+        lib.bigpo_has_bf16_tiles.restype = ctypes.c_int
+        lib._agentrl_typed = True
+    return lib
+
+
+def screen_bound(hidden_size: int) -> float:
+    """Largest difference between a screened cosine and the float32 cosine (module docstring)."""
+    u = BF16_ROUNDOFF
+    return (2 * u + u * u) + (u + hidden_size * F32_ROUNDOFF) * (1 + u) ** 2 + SCREEN_SLACK
+
+
+def bf16_products_accumulate_in_float32(hidden_size: int = 3584) -> bool:
+    """Whether ``torch.mm`` on bfloat16 lands within one output rounding (plus float32 accumulation)
+    of the exact product, on all-positive operands where nothing cancels."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.rand(64, hidden_size, generator=gen).to(torch.bfloat16)
+    b = torch.rand(96, hidden_size, generator=gen).to(torch.bfloat16)
+    got = torch.mm(a, b.t()).double()
+    exact = a.double() @ b.double().t()
+    scale = a.double().norm(dim=1)[:, None] * b.double().norm(dim=1)[None, :]
+    return bool(((got - exact).abs() / scale).max() <= BF16_ROUNDOFF + hidden_size * F32_ROUNDOFF)
+
+
+@functools.cache
+def screen_available() -> bool:
+    """Use the bfloat16 screen by default: bfloat16 in the CPU flags and the accumulation check."""
+    setting = os.environ.get("AGENTRL_BIGPO_BF16", "auto").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return False
+    if setting not in ("1", "true", "yes", "on") and not any(flag in native.cpu_signature().split()
+                                                              for flag in BF16_CPU_FLAGS):
+        return False
+    return bf16_products_accumulate_in_float32()
+
+
+def seed_clusters_native(x: torch.Tensor, threshold: float, block: int | None, lib: ctypes.CDLL,
+                         screened: bool = False) -> tuple[np.ndarray, int]:
+    """Seed row (local index) of every row of one group, and the number of exact cosines the
+    screens asked for. ``x`` is a contiguous float32 (n, d) tensor. ``block`` rows per matmul
+    against the earlier seeds; None picks: the whole group in one call when the screen runs on
+    bfloat16 tiles in C (faster than the matmul at these shapes), else ``EXACT_BLOCK``."""
+    n, d = x.shape
+    xs = x.numpy()
+    if screened:                     # one pass: norms and the bfloat16 copy
+        x_bf16 = torch.empty((n, d), dtype=torch.bfloat16)
+        raw_norm = np.empty(n, dtype=np.float32)
+        lib.bigpo_prepare(xs.ctypes.data, n, d, x_bf16.data_ptr(), raw_norm.ctypes.data)
+        low, high = SCREEN_NORM_RANGE    # a finite norm in range: every entry finite, no overflow
+        screened = bool(((raw_norm >= low) & (raw_norm <= high)).all())
+    else:
+        raw_norm = torch.linalg.vector_norm(x, dim=1).numpy()
+    norm = np.maximum(raw_norm, np.float32(1e-12))
+    seed_row = np.empty(n, dtype=np.int64)
+    owner = np.empty(n, dtype=np.int64)
+    settled = np.zeros(1, dtype=np.int64)
+    if screened:                     # the products against earlier seeds in bfloat16
+        seed_bf16 = torch.empty((n, d), dtype=torch.bfloat16)
+        seed_vec = None
+        rows_mm, seeds_mm, delta = x_bf16, seed_bf16, screen_bound(d)
+    else:
+        x_bf16 = seed_bf16 = None
+        seed_vec = np.empty((n, d), dtype=np.float32)
+        rows_mm, seeds_mm, delta = x, torch.from_numpy(seed_vec), 0.0
+    pointers = (xs.ctypes.data, x_bf16.data_ptr() if screened else None, norm.ctypes.data)
+    seeds_out = (seed_vec.ctypes.data if seed_vec is not None else None,
+                 seed_bf16.data_ptr() if screened else None, seed_row.ctypes.data, owner.ctypes.data,
+                 settled.ctypes.data)
+    if block is None:
+        block = n if screened and lib.bigpo_has_bf16_tiles() else EXACT_BLOCK
+    k = 0
+    for start in range(0, n, block):
+        b = min(block, n - start)
+        old = torch.mm(rows_mm[start:start + b], seeds_mm[:k].t()) if k else None
+        k = lib.bigpo_decide_block(*pointers, start, b, d, old.data_ptr() if old is not None else None, k,
+                                   threshold, delta, *seeds_out)
+    return owner, int(settled[0])
+
+
+def describe_path() -> str:
+    """Which seed pass ``greedy_cosine_clusters`` runs here by default, for benchmark reports."""
+    lib = native_kernel()
+    if lib is None:
+        return f"numpy ({native.native_status(NATIVE_SOURCE)})"
+    if not screen_available():
+        return "native, float32"
+    tiles = "bfloat16 tiles in C" if lib.bigpo_has_bf16_tiles() else "bfloat16 matmul, float32 tiles in C"
+    return f"native, bfloat16 screen ({tiles}) with float32 settling"
+
+
+__all__ = ["NATIVE_SOURCE", "describe_path", "native_kernel", "screen_available", "screen_bound", "seed_clusters_native"]
