@@ -112,3 +112,18 @@ def test_bfloat16_screen_switch(monkeypatch):
         assert bigpo_native.screen_available() is True
     finally:
         bigpo_native.screen_available.cache_clear()
+
+
+@needs_compiler
+def test_prepare_pass_matches_torch_rounding_and_norms():
+    """The one-pass bfloat16 copy is torch's round-to-nearest-even; the norms are float32 norms."""
+    import numpy as np
+
+    lib = bigpo_clustering.native_kernel()
+    x = torch.randn(50, 3590, generator=torch.Generator().manual_seed(1)) * torch.logspace(-10, 10, 50)[:, None]
+    x_bf16 = torch.empty_like(x, dtype=torch.bfloat16)
+    norms = np.empty(50, dtype=np.float32)
+    lib.bigpo_prepare(x.numpy().ctypes.data, 50, 3590, x_bf16.data_ptr(), norms.ctypes.data)
+    assert torch.equal(x_bf16, x.to(torch.bfloat16))
+    exact = x.double().norm(dim=1)
+    assert float(((torch.from_numpy(norms).double() - exact).abs() / exact).max()) < 1e-6

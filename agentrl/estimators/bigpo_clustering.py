@@ -17,7 +17,7 @@ Centroids (the sources do not say which; both are offered):
   of its group (rows x clusters, not rows^2). When a C compiler is available the pass runs
   compiled instead (:mod:`agentrl.estimators.bigpo_native`, ``bigpo_block.c``, built on first use
   by :mod:`agentrl.native`): the C code settles rows in order and computes their cosines with the
-  seeds of their own block in 4 x 4 tiles. On CPUs with native bfloat16 (AVX512-BF16) the
+  seeds of their own block in 4 x 6 tiles. On CPUs with native bfloat16 (AVX512-BF16) the
   cosines are first screened in bfloat16, with a proven error bound, and only the pairs the
   screen cannot decide are computed in float32; the whole group is then one C call. The labels
   are the same; ``AGENTRL_NATIVE=0`` or ``use_native=False`` selects the numpy path. Groups are independent: with

@@ -2,7 +2,7 @@
 
 Per block of rows: one ``torch.mm`` against the seeds found before the block, then one C call
 that settles the block's rows in order (their cosines with the seeds created inside the block are
-4 x 4 tiles of float32 dot products in C). See :mod:`agentrl.estimators.bigpo_clustering` for the
+4 x 6 tiles of dot products in C). See :mod:`agentrl.estimators.bigpo_clustering` for the
 algorithm; the labels equal the numpy path's and the row-by-row pass's.
 
 **The bfloat16 screen.** On CPUs that multiply bfloat16 natively (AVX512-BF16 or AMX: two to
