@@ -41,7 +41,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agentrl.estimators.bigpo_native import NATIVE_SOURCE, native_kernel, screen_available, seed_clusters_native
+from agentrl.estimators.bigpo_native import (NATIVE_SOURCE, WORKSPACES, native_kernel, scratch, screen_available,
+                                             seed_clusters_native)
 
 DISTANCE_TOLERANCE = 1e-6
 CENTROIDS = ("seed", "mean")
@@ -70,11 +71,15 @@ def _seed_clusters(x: torch.Tensor, threshold: float, block: int, chunk: int = C
     The matmuls are ``torch.mm`` on zero-copy views; the bookkeeping is numpy (on CPU a torch op
     costs several times a numpy op, and there are a dozen per block).
     """
+    with WORKSPACES.take() as space:      # reused buffers: fresh ones page-fault in every thread
+        return _seed_clusters_in(x, threshold, block, chunk, scratch(space, "seed_vec", tuple(x.shape), torch.float32))
+
+
+def _seed_clusters_in(x: torch.Tensor, threshold: float, block: int, chunk: int, seed_t: torch.Tensor) -> np.ndarray:
     n, d = x.shape
     xs = x.numpy()
     norm = torch.linalg.vector_norm(x, dim=1).clamp_min(1e-12).numpy()
-    seed_vec = np.empty((n, d), dtype=xs.dtype)     # seeds' rows, contiguous, in order of creation
-    seed_t = torch.from_numpy(seed_vec)
+    seed_vec = seed_t.numpy()                       # seeds' rows, contiguous, in order of creation
     seed_norm = np.empty(n, dtype=xs.dtype)
     seed_row = np.empty(n, dtype=np.int64)
     owner = np.empty(n, dtype=np.int64)
