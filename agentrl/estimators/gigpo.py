@@ -29,7 +29,9 @@ import dataclasses
 import difflib
 
 import numpy as np
+import rapidfuzz.process
 import torch
+from rapidfuzz.distance import Indel
 
 from agentrl.data import StepBatch
 from agentrl.estimators import common
@@ -52,11 +54,18 @@ class GiGPOParams(common.StepEstimatorParams):
         check_range("gigpo", "similarity_thresh", self.similarity_thresh, 0.0, 1.0)
 
 
+BOUND_SLACK = 1e-9      # the Indel bound and difflib's ratio round differently at equality
+
+
 def similar_anchor_segments(anchor_obs: list[str], group: torch.Tensor, threshold: float) -> tuple[torch.Tensor, int]:
     """Greedy similarity clustering of the anchor observations inside each group.
 
-    The greedy pass is sequential by nature; it runs over distinct observations (not rows) and
-    prunes with difflib's cheap upper bounds before computing the exact ratio.
+    The greedy pass is sequential by nature; it runs over distinct observations (not rows). The
+    distinct observations of each group are first scored against each other in one call with
+    rapidfuzz's Indel similarity, ``2 LCS / (len(a) + len(b))``: difflib's matching blocks form a
+    common subsequence, so its ratio never exceeds that, and a representative scoring below the
+    threshold cannot pass. difflib's exact ratio then runs, in order, on the few representatives
+    that remain, so the clusters are the reference code's.
     """
     codes = common.string_codes(anchor_obs)
     distinct: dict[int, str] = {}
@@ -70,24 +79,42 @@ def similar_anchor_segments(anchor_obs: list[str], group: torch.Tensor, threshol
     pair_group = group[first_row].tolist()
     pair_code = codes[first_row].tolist()
     cluster_of_pair = torch.empty(num_pairs, dtype=torch.int64)
-    reps: dict[int, list[tuple[int, difflib.SequenceMatcher]]] = {}
-    next_cluster = 0
+    # per group: its distinct observations in order of first appearance, and all their bounds at once
+    members: dict[int, list[int]] = {}
     for p in order.tolist():
-        obs = distinct[pair_code[p]]
-        clusters = reps.setdefault(pair_group[p], [])
-        chosen = -1
-        for cluster_id, matcher in clusters:
-            matcher.set_seq1(obs)
-            if (matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold
-                    and matcher.ratio() >= threshold):
-                chosen = cluster_id
-                break
-        if chosen < 0:
-            chosen = next_cluster
-            next_cluster += 1
-            matcher = difflib.SequenceMatcher(None, "", obs)
-            clusters.append((chosen, matcher))
-        cluster_of_pair[p] = chosen
+        members.setdefault(pair_group[p], []).append(p)
+    bounds = {g: rapidfuzz.process.cdist(texts, texts, scorer=Indel.normalized_similarity, dtype=np.float64,
+                                         score_cutoff=max(threshold - BOUND_SLACK, 0.0),
+                                         workers=max(torch.get_num_threads(), 1))
+              for g, texts in ((g, [distinct[pair_code[p]] for p in ps]) for g, ps in members.items())}
+    # within each group, in order: an observation with no earlier one inside the bound starts a
+    # cluster outright; the others try their bound-passing earlier representatives with difflib
+    # (matchers built on first use: indexing a representative costs more than its bound)
+    rep_pairs = []
+    rep_of_pair: dict[int, int] = {}
+    for g, ps in members.items():
+        candidate = np.tril(bounds[g] >= threshold - BOUND_SLACK, -1)
+        rep_of = np.arange(len(ps))
+        is_rep = np.ones(len(ps), dtype=bool)
+        matchers: dict[int, difflib.SequenceMatcher] = {}
+        for i in np.flatnonzero(candidate.any(axis=1)).tolist():
+            obs = distinct[pair_code[ps[i]]]
+            for j in np.flatnonzero(candidate[i] & is_rep).tolist():
+                matcher = matchers.get(j)
+                if matcher is None:
+                    matcher = matchers[j] = difflib.SequenceMatcher(None, "", distinct[pair_code[ps[j]]])
+                matcher.set_seq1(obs)
+                if matcher.ratio() >= threshold:
+                    rep_of[i], is_rep[i] = j, False
+                    break
+        rep_pairs.extend(ps[j] for j in np.flatnonzero(is_rep).tolist())
+        rep_of_pair.update((p, ps[j]) for p, j in zip(ps, rep_of.tolist()))
+    # clusters numbered in order of their representative's first appearance in the batch
+    rank = {p: i for i, p in enumerate(order.tolist())}
+    cluster_id = {p: c for c, p in enumerate(sorted(rep_pairs, key=rank.__getitem__))}
+    for p, rep in rep_of_pair.items():
+        cluster_of_pair[p] = cluster_id[rep]
+    next_cluster = len(cluster_id)
     return cluster_of_pair[pair], next_cluster
 
 

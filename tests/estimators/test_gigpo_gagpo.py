@@ -98,3 +98,22 @@ def test_action_level_ratio_flag_and_value():
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     # row 0: mean(0.5, 0, -1) = -1/6; row 1: only the first token counts: 1
     close(action_level_ratio(logp, old, mask), [math.exp(-1 / 6), math.e])
+
+
+def test_similarity_grouping_uses_difflib_where_the_lcs_bound_passes():
+    """'babcaacbbcca' vs 'bacbcacacbca': the LCS-based Indel similarity (0.83) passes 0.8, difflib's
+    ratio (0.5) does not, so they stay apart; a near duplicate and the first clusters still join,
+    and the cluster ids follow first appearance across groups."""
+    import difflib
+
+    from rapidfuzz.distance import Indel
+
+    from agentrl.estimators.gigpo import similar_anchor_segments
+
+    a, b = "babcaacbbcca", "bacbcacacbca"
+    assert Indel.normalized_similarity(a, b) >= 0.8 > difflib.SequenceMatcher(None, b, a).ratio()
+    obs = [a, "zzzz", b, a + "c", "zzzz", a]
+    group = torch.tensor([0, 1, 0, 0, 1, 1])
+    seg, num = similar_anchor_segments(obs, group, 0.8)
+    # group 0: a -> 0, b -> new (difflib 0.5), a + "c" joins a (difflib 0.96); group 1: "zzzz", a
+    assert seg.tolist() == [0, 1, 2, 0, 1, 3] and num == 4
