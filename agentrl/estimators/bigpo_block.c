@@ -286,3 +286,69 @@ int64_t bigpo_decide_block(const float *x, const uint16_t *x_bf16, const float *
     if (settled) *settled += settled_here;
     return k;
 }
+
+/* Running-mean centroids (centroid="mean"): rows ``xn`` (n x d, l2-normalised) in order; a row
+ * joins the centroid with the largest dot product (first maximum) if it is at least
+ * ``threshold``, which adds the row to the centroid's member sum and re-normalises it; else the
+ * row starts a centroid. Rows go TILE_ROWS at a time: their dot products with the centroids as
+ * they were before the tile come from tiles; a centroid that an earlier row of the tile moved or
+ * created is compared again with a single dot product, so every row sees the centroids exactly
+ * as the row-by-row pass does. ``sums`` and ``cent`` are n x d scratch; ``label`` gets the
+ * group-local cluster index. Returns the number of clusters, or -1 if out of memory. */
+int64_t bigpo_mean_clusters(const float *xn, int64_t n, int64_t d, float threshold, float *sums, float *cent,
+                            int64_t *label) {
+    float *stored = malloc((size_t)TILE_ROWS * (size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!stored) return -1;
+    int64_t k = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += TILE_ROWS) {
+        const int64_t rows = n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS;
+        const int64_t k_tile = k;                 /* centroids before this tile */
+        for (int64_t j = 0; j < k_tile; j += TILE_SEEDS) {
+            const int64_t width = k_tile - j < TILE_SEEDS ? k_tile - j : TILE_SEEDS;
+            const float *rowp[TILE_ROWS], *centp[TILE_SEEDS];
+            for (int r = 0; r < TILE_ROWS; r++) rowp[r] = xn + (i0 + (r < rows ? r : 0)) * d;
+            for (int q = 0; q < TILE_SEEDS; q++) centp[q] = cent + (j + (q < width ? q : 0)) * d;
+            float dots[TILE_ROWS][TILE_SEEDS];
+            dot_tile(rowp, centp, d, dots);
+            for (int r = 0; r < rows; r++) memcpy(stored + r * n + j, dots[r], (size_t)width * sizeof(float));
+        }
+        unsigned char moved[TILE_ROWS] = {0};     /* per tile row: did it move a centroid before the tile? */
+        int64_t moved_id[TILE_ROWS];
+        for (int r = 0; r < rows; r++) {
+            const int64_t i = i0 + r;
+            const float *row = xn + i * d;
+            float best = -__builtin_inff();
+            int64_t arg = -1;
+            for (int64_t j = 0; j < k; j++) {     /* in order: a strictly larger dot wins */
+                int stale = j >= k_tile;
+                for (int u = 0; u < r && !stale; u++) stale = moved[u] && moved_id[u] == j;
+                const float dot = stale ? dot_1x1(row, cent + j * d, d) : stored[r * n + j];
+                if (dot > best) { best = dot; arg = j; }
+            }
+            if (arg >= 0 && best >= threshold) {
+                float *sum = sums + arg * d, *c = cent + arg * d;
+                vec16 acc = {0};
+                int64_t t = 0;
+                for (; t + 16 <= d; t += 16) {
+                    vec16 v = *(vec16 *)(sum + t) + *(const vec16 *)(row + t);
+                    *(vec16 *)(sum + t) = v;
+                    acc += v * v;
+                }
+                float total = horizontal_sum(acc);
+                for (; t < d; t++) { sum[t] += row[t]; total += sum[t] * sum[t]; }
+                float norm = __builtin_sqrtf(total);
+                if (norm < 1e-12f) norm = 1e-12f;
+                for (t = 0; t < d; t++) c[t] = sum[t] / norm;
+                label[i] = arg;
+                if (arg < k_tile) { moved[r] = 1; moved_id[r] = arg; }
+            } else {
+                memcpy(sums + k * d, row, (size_t)d * sizeof(float));
+                memcpy(cent + k * d, row, (size_t)d * sizeof(float));
+                label[i] = k;
+                k++;
+            }
+        }
+    }
+    free(stored);
+    return k;
+}

@@ -26,7 +26,9 @@ Centroids (the sources do not say which; both are offered):
   per block gains little at these shapes, and on cores shared with other processes it stalls at
   the barrier after every product).
 * ``"mean"``: the l2-normalised running mean of the members. Each row depends on every earlier
-  join, so this loops over rows (with a vectorised distance to all centroids).
+  join, so this goes row by row: compiled (``bigpo_mean_clusters`` in ``bigpo_block.c``, tiles
+  of dot products plus a fresh dot product with each centroid moved since the tile's products),
+  else a Python loop with a vectorised distance to all centroids.
 
 A tolerance of 1e-6 is added to eps, so that eps = 0 groups identical vectors whose cosine
 rounds to slightly below 1.
@@ -41,8 +43,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agentrl.estimators.bigpo_native import (NATIVE_SOURCE, WORKSPACES, native_kernel, scratch, screen_available,
-                                             seed_clusters_native)
+from agentrl.estimators.bigpo_native import (NATIVE_SOURCE, WORKSPACES, mean_clusters_native, native_kernel, scratch,
+                                             screen_available, seed_clusters_native)
 
 DISTANCE_TOLERANCE = 1e-6
 CENTROIDS = ("seed", "mean")
@@ -185,8 +187,8 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
     only) takes the products against earlier seeds in bfloat16 and settles what they cannot
     decide in float32 (same labels); None uses it where this CPU multiplies bfloat16 natively."""
     n = hidden.shape[0]
-    lib = native_kernel() if use_native and centroid == "seed" else None
-    screened = lib is not None and (screen_available() if screen is None else screen)
+    lib = native_kernel() if use_native else None
+    screened = lib is not None and centroid == "seed" and (screen_available() if screen is None else screen)
     labels = torch.empty(n, dtype=torch.int64)
     threshold = 1.0 - float(eps) - DISTANCE_TOLERANCE
 
@@ -200,10 +202,13 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
             owner = (seed_clusters_native(x, threshold, native_block, lib, screened)[0] if lib is not None
                      else _seed_clusters(x, threshold, block))
             return torch.from_numpy(np.unique(owner, return_inverse=True)[1].reshape(-1))
+        if lib is not None:
+            return mean_clusters_native(x.contiguous(), threshold, lib)
         return _mean_clusters(F.normalize(x, dim=1), threshold)
 
     groups = [rows for rows in group_row_blocks(group, num_groups) if rows.numel()]
-    local = _map_groups(local_labels, groups) if centroid == "seed" else [local_labels(r) for r in groups]
+    parallel = centroid == "seed" or lib is not None       # the numpy mean path is a Python loop
+    local = _map_groups(local_labels, groups) if parallel else [local_labels(r) for r in groups]
     offset = 0
     for rows, ids in zip(groups, local):
         labels[rows] = ids + offset

@@ -59,6 +59,8 @@ def native_kernel() -> ctypes.CDLL | None:
         lib.bigpo_decide_block.restype = i64
         lib.bigpo_prepare.argtypes = [ptr, i64, i64, ptr, ptr]
         lib.bigpo_prepare.restype = None
+        lib.bigpo_mean_clusters.argtypes = [ptr, i64, i64, f32, ptr, ptr, ptr]
+        lib.bigpo_mean_clusters.restype = i64
         lib.bigpo_has_bf16_tiles.argtypes = []
         lib.bigpo_has_bf16_tiles.restype = ctypes.c_int
         lib._agentrl_typed = True
@@ -182,6 +184,22 @@ def _seed_clusters_native(x, threshold, block, lib, screened, space) -> tuple[np
     return owner, int(settled[0])
 
 
+def mean_clusters_native(x: torch.Tensor, threshold: float, lib: ctypes.CDLL) -> torch.Tensor:
+    """Cluster index (local) of every row of one group with running-mean centroids, in C
+    (``bigpo_mean_clusters``). ``x`` is a contiguous float32 (n, d) tensor."""
+    n, d = x.shape
+    label = np.empty(n, dtype=np.int64)
+    with WORKSPACES.take() as space:
+        unit = torch.nn.functional.normalize(x, dim=1, out=scratch(space, "mean_unit", (n, d), torch.float32))
+        sums = scratch(space, "mean_sums", (n, d), torch.float32)
+        cent = scratch(space, "mean_centroids", (n, d), torch.float32)
+        k = lib.bigpo_mean_clusters(unit.data_ptr(), n, d, threshold, sums.data_ptr(), cent.data_ptr(),
+                                    label.ctypes.data)
+    if k < 0:
+        raise MemoryError(f"BiGPO mean-centroid clustering could not allocate its {n}-row dot buffer")
+    return torch.from_numpy(label)
+
+
 def describe_path() -> str:
     """Which seed pass ``greedy_cosine_clusters`` runs here by default, for benchmark reports."""
     lib = native_kernel()
@@ -193,4 +211,4 @@ def describe_path() -> str:
     return f"native, bfloat16 screen ({tiles}) with float32 settling"
 
 
-__all__ = ["NATIVE_SOURCE", "describe_path", "native_kernel", "screen_available", "screen_bound", "seed_clusters_native"]
+__all__ = ["NATIVE_SOURCE", "describe_path", "mean_clusters_native", "native_kernel", "screen_available", "screen_bound", "seed_clusters_native"]

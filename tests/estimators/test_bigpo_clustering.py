@@ -171,3 +171,32 @@ def test_rows_at_the_radius_get_the_row_by_row_labels(use_native):
     labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, use_native=use_native)
     assert torch.equal(labels, torch.tensor(reference_clusters(batch, EPS, "seed")))
     assert 3 * 6 < num < len(batch) // 2        # neither one cluster per direction nor mostly singletons
+
+
+@pytest.mark.parametrize("use_native", [pytest.param(True, marks=needs_compiler), False])
+@pytest.mark.parametrize("hidden_size", [64, 37])
+def test_mean_centroids_give_the_row_by_row_labels(use_native, hidden_size, threads):
+    """Running-mean centroids move with every join: the compiled pass re-compares a row with every
+    centroid an earlier row of its tile moved or created, so each row sees them as the row-by-row
+    pass does; two threads give the same labels."""
+    batch = make_workload(num_trajectories=24, num_groups=6, steps=30, hidden_size=hidden_size, seed=4)
+    group, num_groups = batch.group_segments()
+    reference = torch.tensor(reference_clusters(batch, EPS, "mean"))
+    for torch_threads in (1, 2):
+        torch.set_num_threads(torch_threads)
+        labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, centroid="mean",
+                                             use_native=use_native)
+        assert torch.equal(labels, reference) and num == int(reference.max()) + 1
+
+
+@needs_compiler
+def test_mean_centroids_at_the_radius_native_equals_numpy():
+    gen = torch.Generator().manual_seed(7)
+    anchors = torch.nn.functional.normalize(torch.randn(5, 256, generator=gen), dim=-1)
+    base = anchors[torch.randint(0, 5, (300,), generator=gen)]
+    rows = base + 0.35 * torch.nn.functional.normalize(torch.randn(300, 256, generator=gen), dim=-1)
+    group = torch.zeros(300, dtype=torch.int64)
+    native_labels, n1 = greedy_cosine_clusters(rows, group, 1, EPS, centroid="mean")
+    numpy_labels, n2 = greedy_cosine_clusters(rows, group, 1, EPS, centroid="mean", use_native=False)
+    assert torch.equal(native_labels, numpy_labels) and n1 == n2
+    assert 5 < n1 < 150                     # joins and new clusters both happen near the radius
