@@ -1,28 +1,30 @@
-"""BiGPO's seed pass with compiled decisions (``bigpo_block.c``) and an optional bfloat16 screen.
+"""BiGPO's clustering passes compiled (``bigpo_block.c``), with an optional bfloat16 screen.
 
-Per block of rows: one ``torch.mm`` against the seeds found before the block, then one C call
-that settles the block's rows in order (their cosines with the seeds created inside the block are
-4 x 6 tiles of dot products in C). See :mod:`agentrl.estimators.bigpo_clustering` for the
-algorithm; the labels equal the numpy path's and the row-by-row pass's.
+Seed centroids: per block of rows, one ``torch.mm`` against the seeds found before the block, then
+one C call that settles the block's rows in order (their cosines with the seeds created inside the
+block are 4 x 6 tiles of dot products in C). Running-mean centroids: one C call per group. See
+:mod:`agentrl.estimators.bigpo_clustering` for the algorithm; the labels equal the numpy path's and
+the row-by-row pass's.
 
-**The bfloat16 screen.** On CPUs that multiply bfloat16 natively (AVX512-BF16 or AMX: two to
-three times the float32 rate) the product against earlier seeds, most of the work, is taken on
-bfloat16 copies of the rows. With ``u = 2^-8`` (bfloat16 unit roundoff) and the float32 norms of
-the original rows, the screened cosine of a row x and a seed s differs from the float32 cosine by
-at most
+**The bfloat16 screen** (seed centroids). On CPUs that multiply bfloat16 natively (AVX512-BF16 or
+AMX: two to three times the float32 rate) the cosines are first taken on bfloat16 copies of the
+rows. With ``u = 2^-8`` (bfloat16 unit roundoff) and the float32 norms of the original rows, the
+screened cosine of a row x and a seed s differs from the float32 cosine by at most
 
     delta(d) = (2u + u^2)                rounding both vectors' entries (Cauchy-Schwarz)
              + (u + d 2^-24) (1 + u)^2   rounding the float32-accumulated product to bfloat16
              + 1e-4                      the float32 norms, divisions and the float32 cosine
 
-(0.0121 at d = 3,584). The C code settles exactly every old seed the screen cannot rule out (see
-the header of ``bigpo_block.c``), about one float32 dot product per row that joins a cluster, so
-the decisions are the float32 decisions. The bound assumes the matmul accumulates in float32;
-``screen_available`` checks that once on this machine with all-positive operands (no
-cancellation: a kernel accumulating in bfloat16 would miss by far more) before enabling it.
-Groups with non-finite rows, or norms outside [1e-20, 1e18] (bfloat16 subnormals, overflow), run
-unscreened. ``AGENTRL_BIGPO_BF16=0`` turns the screen off; ``=1`` turns it on without the CPU
-flag check (the accumulation check still runs).
+(0.0121 at d = 3,584). The C code computes a float32 cosine for every pair the screen cannot
+decide, lazily (see the header of ``bigpo_block.c``): 0.17 float32 dot products per row on the
+bench batch, and the decisions are the float32 decisions. When the compiled code has AVX512-BF16
+the whole group is one C call on bfloat16 tiles; otherwise the products against earlier seeds
+are a bfloat16 ``torch.mm`` per block. The bound assumes products accumulate in float32 (as
+VDPBF16PS does); ``screen_available`` checks torch's bfloat16 matmul once with all-positive
+operands (no cancellation: a kernel accumulating in bfloat16 would miss by far more) before
+enabling the screen. Groups whose row norms are not finite or fall outside [1e-15, 1e18]
+(subnormal products, overflow) run unscreened. ``AGENTRL_BIGPO_BF16=0`` turns the screen off;
+``=1`` turns it on without the CPU flag check (the accumulation check still runs).
 """
 
 from __future__ import annotations
@@ -103,7 +105,8 @@ class Workspaces:
     A fresh multi-megabyte buffer page-faults on first touch, and two threads faulting at once
     serialise in the kernel: on the bench batch the bfloat16 copies took 17 ms on two threads in
     fresh buffers against 5 ms in reused ones. The buffers grow to the largest group seen and are
-    kept for the life of the process (two threads x about 3 MB for a 400-row group at d = 3,584).
+    kept for the life of the process: per thread, for a 400-row group at d = 3,584, 3 MB for the
+    screened seed pass, 6 MB for the float32 one, 17 MB for running-mean centroids.
     """
 
     def __init__(self) -> None:
