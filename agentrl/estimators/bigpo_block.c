@@ -147,11 +147,13 @@ typedef struct {
     const int64_t *seed_row;           /* seed -> group-local row */
     int64_t d;
     int64_t *settled;                  /* exact cosines the screens asked for */
+    const float *centroids;            /* running-mean centroids (unit rows; x unit too), or NULL */
 } Group;
 
 static float exact_cosine(const Group *g, int64_t i, int64_t seed) {
-    const int64_t s = g->seed_row[seed];
     ++*g->settled;
+    if (g->centroids) return dot_1x1(g->x + i * g->d, g->centroids + seed * g->d, g->d);
+    const int64_t s = g->seed_row[seed];
     return dot_1x1(g->x + i * g->d, g->x + s * g->d, g->d) / (g->norm[i] * g->norm[s]);
 }
 
@@ -220,7 +222,7 @@ int64_t bigpo_decide_block(const float *x, const uint16_t *x_bf16, const float *
                            float *seed_vec, uint16_t *seed_bf16, int64_t *seed_row, int64_t *owner,
                            int64_t *settled) {
     int64_t k = k0, settled_here = 0;
-    const Group g = {x, x_bf16, norm, seed_row, d, &settled_here};
+    const Group g = {x, x_bf16, norm, seed_row, d, &settled_here, NULL};
     const int screened = delta > 0.0f;
     const int bf16_tiles = screened && HAVE_BF16_TILES;
     for (int64_t i0 = start; i0 < start + b; i0 += TILE_ROWS) {
@@ -292,24 +294,40 @@ int64_t bigpo_decide_block(const float *x, const uint16_t *x_bf16, const float *
  * ``threshold``, which adds the row to the centroid's member sum and re-normalises it; else the
  * row starts a centroid. Rows go TILE_ROWS at a time: their dot products with the centroids as
  * they were before the tile come from tiles; a centroid that an earlier row of the tile moved or
- * created is compared again with a single dot product, so every row sees the centroids exactly
- * as the row-by-row pass does. ``sums`` and ``cent`` are n x d scratch; ``label`` gets the
- * group-local cluster index. Returns the number of clusters, or -1 if out of memory. */
-int64_t bigpo_mean_clusters(const float *xn, int64_t n, int64_t d, float threshold, float *sums, float *cent,
-                            int64_t *label) {
+ * created is compared again with a single float32 dot product, so every row sees the centroids
+ * exactly as the row-by-row pass does. Screened mode (``delta`` > 0, ``xn_bf16`` and
+ * ``cent_bf16`` given, AVX512-BF16 compiled in): the tiles are bfloat16 and their dot products
+ * go through the same screen as the seed pass (rows and centroids are unit vectors, so a dot
+ * product is the cosine). ``sums``, ``cent`` (and ``cent_bf16``) are n x d scratch; ``label``
+ * gets the group-local cluster index. Returns the number of clusters, or -1 if out of memory. */
+int64_t bigpo_mean_clusters(const float *xn, const uint16_t *xn_bf16, int64_t n, int64_t d, float threshold,
+                            float delta, float *sums, float *cent, uint16_t *cent_bf16, int64_t *label,
+                            int64_t *settled) {
     float *stored = malloc((size_t)TILE_ROWS * (size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!stored) return -1;
-    int64_t k = 0;
+    int64_t k = 0, settled_here = 0;
+    const Group g = {xn, xn_bf16, NULL, NULL, d, &settled_here, cent};
+    const int bf16 = delta > 0.0f && HAVE_BF16_TILES && xn_bf16 && cent_bf16;
     for (int64_t i0 = 0; i0 < n; i0 += TILE_ROWS) {
         const int64_t rows = n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS;
         const int64_t k_tile = k;                 /* centroids before this tile */
         for (int64_t j = 0; j < k_tile; j += TILE_SEEDS) {
             const int64_t width = k_tile - j < TILE_SEEDS ? k_tile - j : TILE_SEEDS;
-            const float *rowp[TILE_ROWS], *centp[TILE_SEEDS];
-            for (int r = 0; r < TILE_ROWS; r++) rowp[r] = xn + (i0 + (r < rows ? r : 0)) * d;
-            for (int q = 0; q < TILE_SEEDS; q++) centp[q] = cent + (j + (q < width ? q : 0)) * d;
             float dots[TILE_ROWS][TILE_SEEDS];
-            dot_tile(rowp, centp, d, dots);
+#if HAVE_BF16_TILES
+            if (bf16) {
+                const uint16_t *rowp[TILE_ROWS], *centp[TILE_SEEDS];
+                for (int r = 0; r < TILE_ROWS; r++) rowp[r] = xn_bf16 + (i0 + (r < rows ? r : 0)) * d;
+                for (int q = 0; q < TILE_SEEDS; q++) centp[q] = cent_bf16 + (j + (q < width ? q : 0)) * d;
+                dot_tile_bf16(rowp, centp, d, dots);
+            } else
+#endif
+            {
+                const float *rowp[TILE_ROWS], *centp[TILE_SEEDS];
+                for (int r = 0; r < TILE_ROWS; r++) rowp[r] = xn + (i0 + (r < rows ? r : 0)) * d;
+                for (int q = 0; q < TILE_SEEDS; q++) centp[q] = cent + (j + (q < width ? q : 0)) * d;
+                dot_tile(rowp, centp, d, dots);
+            }
             for (int r = 0; r < rows; r++) memcpy(stored + r * n + j, dots[r], (size_t)width * sizeof(float));
         }
         unsigned char moved[TILE_ROWS] = {0};     /* per tile row: did it move a centroid before the tile? */
@@ -317,16 +335,17 @@ int64_t bigpo_mean_clusters(const float *xn, int64_t n, int64_t d, float thresho
         for (int r = 0; r < rows; r++) {
             const int64_t i = i0 + r;
             const float *row = xn + i * d;
-            float best = -__builtin_inff();
-            int64_t arg = -1;
-            for (int64_t j = 0; j < k; j++) {     /* in order: a strictly larger dot wins */
+            RowBest rb = {-__builtin_inff(), 0.0f, 0.0f, -1, 0};
+            for (int64_t j = 0; j < k; j++) {     /* in order: a strictly larger cosine wins */
                 int stale = j >= k_tile;
                 for (int u = 0; u < r && !stale; u++) stale = moved[u] && moved_id[u] == j;
-                const float dot = stale ? dot_1x1(row, cent + j * d, d) : stored[r * n + j];
-                if (dot > best) { best = dot; arg = j; }
+                if (stale) offer_exact(&rb, j, dot_1x1(row, cent + j * d, d), &g, i);
+                else if (bf16) offer_screened(&rb, j, stored[r * n + j], &g, i, threshold, delta);
+                else offer_exact(&rb, j, stored[r * n + j], &g, i);
             }
-            if (arg >= 0 && best >= threshold) {
-                float *sum = sums + arg * d, *c = cent + arg * d;
+            if (rb.arg >= 0 && (rb.pending || rb.best >= threshold)) {
+                const int64_t j = rb.arg;
+                float *sum = sums + j * d, *c = cent + j * d;
                 vec16 acc = {0};
                 int64_t t = 0;
                 for (; t + 16 <= d; t += 16) {
@@ -339,16 +358,20 @@ int64_t bigpo_mean_clusters(const float *xn, int64_t n, int64_t d, float thresho
                 float norm = __builtin_sqrtf(total);
                 if (norm < 1e-12f) norm = 1e-12f;
                 for (t = 0; t < d; t++) c[t] = sum[t] / norm;
-                label[i] = arg;
-                if (arg < k_tile) { moved[r] = 1; moved_id[r] = arg; }
+                if (cent_bf16)
+                    for (t = 0; t < d; t++) cent_bf16[j * d + t] = float_to_bf16(c[t]);
+                label[i] = j;
+                if (j < k_tile) { moved[r] = 1; moved_id[r] = j; }
             } else {
                 memcpy(sums + k * d, row, (size_t)d * sizeof(float));
                 memcpy(cent + k * d, row, (size_t)d * sizeof(float));
+                if (cent_bf16) memcpy(cent_bf16 + k * d, xn_bf16 + i * d, (size_t)d * sizeof(uint16_t));
                 label[i] = k;
                 k++;
             }
         }
     }
     free(stored);
+    if (settled) *settled += settled_here;
     return k;
 }

@@ -27,7 +27,8 @@ Centroids (the sources do not say which; both are offered):
   the barrier after every product).
 * ``"mean"``: the l2-normalised running mean of the members. Each row depends on every earlier
   join, so this goes row by row: compiled (``bigpo_mean_clusters`` in ``bigpo_block.c``, tiles
-  of dot products plus a fresh dot product with each centroid moved since the tile's products),
+  of dot products, bfloat16-screened like the seed pass where possible, plus a fresh float32 dot
+  product with each centroid moved since the tile's products),
   else a Python loop with a vectorised distance to all centroids.
 
 A tolerance of 1e-6 is added to eps, so that eps = 0 groups identical vectors whose cosine
@@ -188,7 +189,7 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
     decide in float32 (same labels); None uses it where this CPU multiplies bfloat16 natively."""
     n = hidden.shape[0]
     lib = native_kernel() if use_native else None
-    screened = lib is not None and centroid == "seed" and (screen_available() if screen is None else screen)
+    screened = lib is not None and (screen_available() if screen is None else screen)
     labels = torch.empty(n, dtype=torch.int64)
     threshold = 1.0 - float(eps) - DISTANCE_TOLERANCE
 
@@ -203,7 +204,7 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
                      else _seed_clusters(x, threshold, block))
             return torch.from_numpy(np.unique(owner, return_inverse=True)[1].reshape(-1))
         if lib is not None:
-            return mean_clusters_native(x.contiguous(), threshold, lib)
+            return mean_clusters_native(x.contiguous(), threshold, lib, screened)[0]
         return _mean_clusters(F.normalize(x, dim=1), threshold)
 
     groups = [rows for rows in group_row_blocks(group, num_groups) if rows.numel()]

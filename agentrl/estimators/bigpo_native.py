@@ -61,7 +61,7 @@ def native_kernel() -> ctypes.CDLL | None:
         lib.bigpo_decide_block.restype = i64
         lib.bigpo_prepare.argtypes = [ptr, i64, i64, ptr, ptr]
         lib.bigpo_prepare.restype = None
-        lib.bigpo_mean_clusters.argtypes = [ptr, i64, i64, f32, ptr, ptr, ptr]
+        lib.bigpo_mean_clusters.argtypes = [ptr, ptr, i64, i64, f32, f32, ptr, ptr, ptr, ptr, ptr]
         lib.bigpo_mean_clusters.restype = i64
         lib.bigpo_has_bf16_tiles.argtypes = []
         lib.bigpo_has_bf16_tiles.restype = ctypes.c_int
@@ -187,20 +187,37 @@ def _seed_clusters_native(x, threshold, block, lib, screened, space) -> tuple[np
     return owner, int(settled[0])
 
 
-def mean_clusters_native(x: torch.Tensor, threshold: float, lib: ctypes.CDLL) -> torch.Tensor:
+def mean_clusters_native(x: torch.Tensor, threshold: float, lib: ctypes.CDLL,
+                         screened: bool = False) -> tuple[torch.Tensor, int]:
     """Cluster index (local) of every row of one group with running-mean centroids, in C
-    (``bigpo_mean_clusters``). ``x`` is a contiguous float32 (n, d) tensor."""
+    (``bigpo_mean_clusters``), and the number of exact cosines the screen asked for. ``x`` is a
+    contiguous float32 (n, d) tensor. ``screened`` takes the tiles in bfloat16 when the compiled
+    code has bfloat16 tiles (same labels)."""
     n, d = x.shape
     label = np.empty(n, dtype=np.int64)
+    settled = np.zeros(1, dtype=np.int64)
     with WORKSPACES.take() as space:
         unit = torch.nn.functional.normalize(x, dim=1, out=scratch(space, "mean_unit", (n, d), torch.float32))
         sums = scratch(space, "mean_sums", (n, d), torch.float32)
         cent = scratch(space, "mean_centroids", (n, d), torch.float32)
-        k = lib.bigpo_mean_clusters(unit.data_ptr(), n, d, threshold, sums.data_ptr(), cent.data_ptr(),
-                                    label.ctypes.data)
+        unit_bf16 = cent_bf16 = None
+        if screened and lib.bigpo_has_bf16_tiles():
+            unit_bf16 = scratch(space, "x_bf16", (n, d), torch.bfloat16)
+            unit_norm = np.empty(n, dtype=np.float32)
+            lib.bigpo_prepare(unit.data_ptr(), n, d, unit_bf16.data_ptr(), unit_norm.ctypes.data)
+            low, high = SCREEN_NORM_RANGE    # zero rows (norm 0) or non-finite ones: unscreened
+            if bool(((unit_norm >= low) & (unit_norm <= high)).all()):
+                cent_bf16 = scratch(space, "mean_centroids_bf16", (n, d), torch.bfloat16)
+            else:
+                unit_bf16 = None
+        delta = screen_bound(d) if cent_bf16 is not None else 0.0
+        k = lib.bigpo_mean_clusters(unit.data_ptr(), unit_bf16.data_ptr() if unit_bf16 is not None else None, n, d,
+                                    threshold, delta, sums.data_ptr(), cent.data_ptr(),
+                                    cent_bf16.data_ptr() if cent_bf16 is not None else None, label.ctypes.data,
+                                    settled.ctypes.data)
     if k < 0:
         raise MemoryError(f"BiGPO mean-centroid clustering could not allocate its {n}-row dot buffer")
-    return torch.from_numpy(label)
+    return torch.from_numpy(label), int(settled[0])
 
 
 def describe_path() -> str:

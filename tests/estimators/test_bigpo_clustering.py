@@ -173,9 +173,10 @@ def test_rows_at_the_radius_get_the_row_by_row_labels(use_native):
     assert 3 * 6 < num < len(batch) // 2        # neither one cluster per direction nor mostly singletons
 
 
-@pytest.mark.parametrize("use_native", [pytest.param(True, marks=needs_compiler), False])
+@pytest.mark.parametrize("use_native, screen", [pytest.param(True, True, marks=needs_compiler),
+                                                pytest.param(True, False, marks=needs_compiler), (False, False)])
 @pytest.mark.parametrize("hidden_size", [64, 37])
-def test_mean_centroids_give_the_row_by_row_labels(use_native, hidden_size, threads):
+def test_mean_centroids_give_the_row_by_row_labels(use_native, screen, hidden_size, threads):
     """Running-mean centroids move with every join: the compiled pass re-compares a row with every
     centroid an earlier row of its tile moved or created, so each row sees them as the row-by-row
     pass does; two threads give the same labels."""
@@ -185,7 +186,7 @@ def test_mean_centroids_give_the_row_by_row_labels(use_native, hidden_size, thre
     for torch_threads in (1, 2):
         torch.set_num_threads(torch_threads)
         labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, centroid="mean",
-                                             use_native=use_native)
+                                             use_native=use_native, screen=screen)
         assert torch.equal(labels, reference) and num == int(reference.max()) + 1
 
 
@@ -196,7 +197,14 @@ def test_mean_centroids_at_the_radius_native_equals_numpy():
     base = anchors[torch.randint(0, 5, (300,), generator=gen)]
     rows = base + 0.35 * torch.nn.functional.normalize(torch.randn(300, 256, generator=gen), dim=-1)
     group = torch.zeros(300, dtype=torch.int64)
-    native_labels, n1 = greedy_cosine_clusters(rows, group, 1, EPS, centroid="mean")
+    from agentrl.estimators.bigpo_native import mean_clusters_native
+
     numpy_labels, n2 = greedy_cosine_clusters(rows, group, 1, EPS, centroid="mean", use_native=False)
-    assert torch.equal(native_labels, numpy_labels) and n1 == n2
+    for screen in (False, True):
+        native_labels, n1 = greedy_cosine_clusters(rows, group, 1, EPS, centroid="mean", screen=screen)
+        assert torch.equal(native_labels, numpy_labels) and n1 == n2
+    lib = bigpo_clustering.native_kernel()
+    if lib.bigpo_has_bf16_tiles():
+        _, settled = mean_clusters_native(rows.contiguous(), 1 - EPS - 1e-6, lib, screened=True)
+        assert settled > 10                 # the screen handed close calls to float32
     assert 5 < n1 < 150                     # joins and new clusters both happen near the radius
