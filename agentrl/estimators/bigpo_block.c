@@ -7,7 +7,9 @@
  * row-by-row greedy pass makes: the most similar seed (first maximum: the older one wins ties),
  * the cosines with the seeds created earlier in the same block computed here, join when the best
  * cosine is at least ``threshold``, else become a seed. Each exact cosine is ``dot / (|x| |s|)`` in
- * float32, the product of the norms taken first, as the numpy path does.
+ * float32, the product of the norms taken first, as the numpy path does; ``threshold`` is a double
+ * and the comparison is made in double, as the per-record reference compares Python floats (a
+ * cosine can equal the threshold rounded to float32).
  *
  * Screened mode (``delta`` > 0): ``old_sims`` are bfloat16 products of the bfloat16-rounded rows
  * and seeds, each within ``delta`` of the float32 cosine once divided by the float32 norms (the
@@ -182,7 +184,7 @@ static void offer_exact(RowBest *rb, int64_t j, float cosine, const Group *g, in
  * or with the radius; a seed that certainly wins and is certainly inside the radius becomes
  * pending. Seeds are offered oldest first and replace the best only when strictly more similar,
  * so the outcome is the exact first maximum. */
-static void offer_screened(RowBest *rb, int64_t j, float approx, const Group *g, int64_t i, float threshold,
+static void offer_screened(RowBest *rb, int64_t j, float approx, const Group *g, int64_t i, double threshold,
                            float delta) {
     const float low = approx - delta, high = approx + delta;
     if (high < threshold) return;                          /* outside the radius: never joined */
@@ -218,7 +220,7 @@ static void offer_screened(RowBest *rb, int64_t j, float approx, const Group *g,
  * panels that reuse a seed tile across 4-128 rows measured the same.
  */
 int64_t bigpo_decide_block(const float *x, const uint16_t *x_bf16, const float *norm, int64_t start, int64_t b,
-                           int64_t d, const void *old_sims, int64_t k0, float threshold, float delta,
+                           int64_t d, const void *old_sims, int64_t k0, double threshold, float delta,
                            float *seed_vec, uint16_t *seed_bf16, int64_t *seed_row, int64_t *owner,
                            int64_t *settled) {
     int64_t k = k0, settled_here = 0;
@@ -300,7 +302,7 @@ int64_t bigpo_decide_block(const float *x, const uint16_t *x_bf16, const float *
  * go through the same screen as the seed pass (rows and centroids are unit vectors, so a dot
  * product is the cosine). ``sums``, ``cent`` (and ``cent_bf16``) are n x d scratch; ``label``
  * gets the group-local cluster index. Returns the number of clusters, or -1 if out of memory. */
-int64_t bigpo_mean_clusters(const float *xn, const uint16_t *xn_bf16, int64_t n, int64_t d, float threshold,
+int64_t bigpo_mean_clusters(const float *xn, const uint16_t *xn_bf16, int64_t n, int64_t d, double threshold,
                             float delta, float *sums, float *cent, uint16_t *cent_bf16, int64_t *label,
                             int64_t *settled) {
     float *stored = malloc((size_t)TILE_ROWS * (size_t)(n > 0 ? n : 1) * sizeof(float));

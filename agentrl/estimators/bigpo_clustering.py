@@ -97,7 +97,7 @@ def _seed_clusters_in(x: torch.Tensor, threshold: float, block: int, chunk: int,
             old_arg = old.argmax(axis=1)
             old_best = old[np.arange(b), old_arg]
             owner[start:start + b] = seed_row[old_arg]
-            candidates = np.flatnonzero(old_best < threshold)
+            candidates = np.flatnonzero(old_best < np.float64(threshold))
         else:
             candidates = np.arange(b)
         nc = candidates.size
@@ -112,7 +112,7 @@ def _seed_clusters_in(x: torch.Tensor, threshold: float, block: int, chunk: int,
             sims[:r - first, c:c + chunk] = -np.inf
             sims[r - first:, c:c + chunk] = torch.mm(rows_t[r:], cand_t[c:c + chunk].t()).numpy()
         sims /= row_norm[first:, None] * row_norm[candidates][None, :]
-        close = (sims[candidates - first] >= threshold).T.copy()   # close[c, j]: j within the radius of c
+        close = (sims[candidates - first] >= np.float64(threshold)).T.copy()   # close[c, j]: j within the radius of c
         blocked = np.zeros(nc, dtype=bool)
         accepted = []
         for c in range(nc):                                 # in order; blocked by an earlier seed

@@ -55,13 +55,13 @@ def native_kernel() -> ctypes.CDLL | None:
     """The compiled block decisions, or None (then the numpy path runs; ``native`` says why)."""
     lib = native.load_kernel(NATIVE_SOURCE)
     if lib is not None and not getattr(lib, "_agentrl_typed", False):
-        ptr, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-        lib.bigpo_decide_block.argtypes = [ptr, ptr, ptr, i64, i64, i64, ptr, i64, f32, f32,
+        ptr, i64, f32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_double
+        lib.bigpo_decide_block.argtypes = [ptr, ptr, ptr, i64, i64, i64, ptr, i64, f64, f32,
                                            ptr, ptr, ptr, ptr, ptr]
         lib.bigpo_decide_block.restype = i64
         lib.bigpo_prepare.argtypes = [ptr, i64, i64, ptr, ptr]
         lib.bigpo_prepare.restype = None
-        lib.bigpo_mean_clusters.argtypes = [ptr, ptr, i64, i64, f32, f32, ptr, ptr, ptr, ptr, ptr]
+        lib.bigpo_mean_clusters.argtypes = [ptr, ptr, i64, i64, f64, f32, ptr, ptr, ptr, ptr, ptr]
         lib.bigpo_mean_clusters.restype = i64
         lib.bigpo_has_bf16_tiles.argtypes = []
         lib.bigpo_has_bf16_tiles.restype = ctypes.c_int

@@ -3,6 +3,8 @@ with the compiled block decisions, gives the labels of the row-by-row greedy pas
 
 import threading
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from agentrl.bench._estimators_reference import reference_clusters
 from agentrl.bench.estimators import make_workload
 from agentrl import native
 from agentrl.estimators import bigpo_clustering
-from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
+from agentrl.estimators.bigpo_clustering import DISTANCE_TOLERANCE, greedy_cosine_clusters
 
 EPS = 0.10
 needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: the native kernel cannot be built")
@@ -208,3 +210,28 @@ def test_mean_centroids_at_the_radius_native_equals_numpy():
         _, settled = mean_clusters_native(rows.contiguous(), 1 - EPS - 1e-6, lib, screened=True)
         assert settled > 10                 # the screen handed close calls to float32
     assert 5 < n1 < 150                     # joins and new clusters both happen near the radius
+
+
+@pytest.mark.parametrize("centroid", ["seed", "mean"])
+@pytest.mark.parametrize("use_native, screen", [pytest.param(True, True, marks=needs_compiler),
+                                                pytest.param(True, False, marks=needs_compiler), (False, False)])
+def test_threshold_is_compared_in_double_like_the_reference(centroid, use_native, screen):
+    """Two rows whose float32 cosine c equals the threshold rounded to float32, while the threshold
+    itself is just above c: as in the per-record reference (Python floats), they stay apart.
+    (Found by hypothesis: with a float32 comparison the compiled pass joined them.)"""
+    hidden = torch.tensor([[2.339682102203369, -0.7699058055877686, 0.0, 0.0],
+                           [0.8190551996231079, -0.2682754099369049, 0.0, 0.0]])
+    if centroid == "mean":
+        unit = torch.nn.functional.normalize(hidden, dim=1)
+        cosine = float(torch.dot(unit[0], unit[1]))
+    else:
+        norm = torch.linalg.vector_norm(hidden, dim=1)
+        cosine = float(torch.dot(hidden[0], hidden[1]) / (norm[0] * norm[1]))
+    threshold = cosine + 1e-9                       # above c in double, c in float32
+    assert float(np.float32(threshold)) == cosine < threshold
+    eps = 1.0 - DISTANCE_TOLERANCE - threshold
+    group = torch.zeros(2, dtype=torch.int64)
+    labels, num = greedy_cosine_clusters(hidden, group, 1, eps, centroid, use_native=use_native, screen=screen)
+    assert labels.tolist() == [0, 1] and num == 2
+    batch = make_workload(num_trajectories=1, num_groups=1, steps=2, hidden_size=4, seed=0).with_columns(hidden=hidden)
+    assert reference_clusters(batch, eps, centroid) == [0, 1]
