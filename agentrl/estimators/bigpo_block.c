@@ -115,6 +115,15 @@ static inline uint16_t float_to_bf16(float f) {        /* round to nearest even;
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+static void to_bf16(const float *x, int64_t n, uint16_t *out) {
+    int64_t t = 0;
+#if HAVE_BF16_TILES
+    for (; t + 16 <= n; t += 16)
+        _mm256_storeu_si256((__m256i *)(out + t), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + t)));
+#endif
+    for (; t < n; t++) out[t] = float_to_bf16(x[t]);
+}
+
 /* One pass over a group's float32 rows (memory bandwidth is what two threads share): each row's
  * norm (float32 sum of squares in 16 lanes, then sqrt; not clamped) and its bfloat16 copy. */
 void bigpo_prepare(const float *x, int64_t n, int64_t d, uint16_t *x_bf16, float *norm) {
@@ -360,8 +369,7 @@ int64_t bigpo_mean_clusters(const float *xn, const uint16_t *xn_bf16, int64_t n,
                 float norm = __builtin_sqrtf(total);
                 if (norm < 1e-12f) norm = 1e-12f;
                 for (t = 0; t < d; t++) c[t] = sum[t] / norm;
-                if (cent_bf16)
-                    for (t = 0; t < d; t++) cent_bf16[j * d + t] = float_to_bf16(c[t]);
+                if (cent_bf16) to_bf16(c, d, cent_bf16 + j * d);
                 label[i] = j;
                 if (j < k_tile) { moved[r] = 1; moved_id[r] = j; }
             } else {
