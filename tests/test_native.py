@@ -127,3 +127,17 @@ def test_prepare_pass_matches_torch_rounding_and_norms():
     assert torch.equal(x_bf16, x.to(torch.bfloat16))
     exact = x.double().norm(dim=1)
     assert float(((torch.from_numpy(norms).double() - exact).abs() / exact).max()) < 1e-6
+
+
+@needs_compiler
+@pytest.mark.parametrize("flags", [("-O3", "-march=native"), ("-O3",)])
+def test_kernel_compiles_without_warnings(flags, tmp_path):
+    """Warnings are errors here (a missing header once left malloc implicitly declared)."""
+    import subprocess
+
+    cc = native.compiler()
+    proc = subprocess.run([cc, *flags, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-psabi", "-fPIC", "-c",
+                           "-o", str(tmp_path / "kernel.o"), str(NATIVE_SOURCE)], capture_output=True, text=True)
+    if proc.returncode and "-march=native" in flags and "march" in proc.stderr:
+        pytest.skip(f"{cc} does not take -march=native")
+    assert proc.returncode == 0, proc.stderr

@@ -26,6 +26,7 @@
  * decision equals the exact mode's.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -108,6 +109,39 @@ static void dot_tile_bf16(const uint16_t *const row[TILE_ROWS], const uint16_t *
         }
 }
 #endif
+
+/* Dot products of rows ``rows[r]`` of ``a`` with rows ``cols[q]`` of ``b`` (both d wide): float32,
+ * or bfloat16 from the copies ``a16`` / ``b16`` when ``bf16`` (AVX512-BF16 compiled in). */
+static void tile_products(int bf16, const float *a, const uint16_t *a16, const int64_t rows[TILE_ROWS],
+                          const float *b, const uint16_t *b16, const int64_t cols[TILE_SEEDS], int64_t d,
+                          float dots[TILE_ROWS][TILE_SEEDS]) {
+#if HAVE_BF16_TILES
+    if (bf16) {
+        const uint16_t *r16[TILE_ROWS], *c16[TILE_SEEDS];
+        for (int r = 0; r < TILE_ROWS; r++) r16[r] = a16 + rows[r] * d;
+        for (int q = 0; q < TILE_SEEDS; q++) c16[q] = b16 + cols[q] * d;
+        dot_tile_bf16(r16, c16, d, dots);
+        return;
+    }
+#else
+    (void)bf16; (void)a16; (void)b16;
+#endif
+    const float *r32[TILE_ROWS], *c32[TILE_SEEDS];
+    for (int r = 0; r < TILE_ROWS; r++) r32[r] = a + rows[r] * d;
+    for (int q = 0; q < TILE_SEEDS; q++) c32[q] = b + cols[q] * d;
+    dot_tile(r32, c32, d, dots);
+}
+
+/* Tile indices starting at row i0 (``rows`` valid) and column j (``width`` valid); a short tile
+ * repeats its first row or column. ``col_of`` maps a column to its row of the matrix (NULL: itself). */
+static void tile_indices(int64_t i0, int64_t rows, int64_t j, int64_t width, const int64_t *col_of,
+                         int64_t rrow[TILE_ROWS], int64_t ccol[TILE_SEEDS]) {
+    for (int r = 0; r < TILE_ROWS; r++) rrow[r] = i0 + (r < rows ? r : 0);
+    for (int q = 0; q < TILE_SEEDS; q++) {
+        const int64_t c = j + (q < width ? q : 0);
+        ccol[q] = col_of ? col_of[c] : c;
+    }
+}
 
 static inline uint16_t float_to_bf16(float f) {        /* round to nearest even; f is finite */
     uint32_t u;
@@ -257,29 +291,15 @@ int64_t bigpo_decide_block(const float *x, const uint16_t *x_bf16, const float *
         for (int64_t j = k0; j < k_quad; j += TILE_SEEDS) {
             const int64_t width = k_quad - j < TILE_SEEDS ? k_quad - j : TILE_SEEDS;
             int64_t srow[TILE_SEEDS], rrow[TILE_ROWS];
-            for (int q = 0; q < TILE_SEEDS; q++) srow[q] = seed_row[j + (q < width ? q : 0)];
-            for (int r = 0; r < TILE_ROWS; r++) rrow[r] = i0 + (r < quad ? r : 0);
             float dots[TILE_ROWS][TILE_SEEDS];
-#if HAVE_BF16_TILES
-            if (bf16_tiles) {
-                const uint16_t *rows[TILE_ROWS], *seeds[TILE_SEEDS];
-                for (int q = 0; q < TILE_SEEDS; q++) seeds[q] = x_bf16 + srow[q] * d;
-                for (int r = 0; r < TILE_ROWS; r++) rows[r] = x_bf16 + rrow[r] * d;
-                dot_tile_bf16(rows, seeds, d, dots);
-                for (int r = 0; r < quad; r++)
-                    for (int q = 0; q < width; q++)
-                        offer_screened(&rb[r], j + q, dots[r][q] / (norm[i0 + r] * norm[srow[q]]), &g, i0 + r,
-                                       threshold, delta);
-                continue;
-            }
-#endif
-            const float *rows[TILE_ROWS], *seeds[TILE_SEEDS];
-            for (int q = 0; q < TILE_SEEDS; q++) seeds[q] = x + srow[q] * d;
-            for (int r = 0; r < TILE_ROWS; r++) rows[r] = x + rrow[r] * d;
-            dot_tile(rows, seeds, d, dots);
+            tile_indices(i0, quad, j, width, seed_row, rrow, srow);
+            tile_products(bf16_tiles, x, x_bf16, rrow, x, x_bf16, srow, d, dots);
             for (int r = 0; r < quad; r++)
-                for (int q = 0; q < width; q++)
-                    offer_exact(&rb[r], j + q, dots[r][q] / (norm[i0 + r] * norm[srow[q]]), &g, i0 + r);
+                for (int q = 0; q < width; q++) {
+                    const float cosine = dots[r][q] / (norm[i0 + r] * norm[srow[q]]);
+                    if (bf16_tiles) offer_screened(&rb[r], j + q, cosine, &g, i0 + r, threshold, delta);
+                    else offer_exact(&rb[r], j + q, cosine, &g, i0 + r);
+                }
         }
         for (int r = 0; r < quad; r++) {
             const int64_t i = i0 + r;
@@ -324,21 +344,10 @@ int64_t bigpo_mean_clusters(const float *xn, const uint16_t *xn_bf16, int64_t n,
         const int64_t k_tile = k;                 /* centroids before this tile */
         for (int64_t j = 0; j < k_tile; j += TILE_SEEDS) {
             const int64_t width = k_tile - j < TILE_SEEDS ? k_tile - j : TILE_SEEDS;
+            int64_t rrow[TILE_ROWS], ccol[TILE_SEEDS];
             float dots[TILE_ROWS][TILE_SEEDS];
-#if HAVE_BF16_TILES
-            if (bf16) {
-                const uint16_t *rowp[TILE_ROWS], *centp[TILE_SEEDS];
-                for (int r = 0; r < TILE_ROWS; r++) rowp[r] = xn_bf16 + (i0 + (r < rows ? r : 0)) * d;
-                for (int q = 0; q < TILE_SEEDS; q++) centp[q] = cent_bf16 + (j + (q < width ? q : 0)) * d;
-                dot_tile_bf16(rowp, centp, d, dots);
-            } else
-#endif
-            {
-                const float *rowp[TILE_ROWS], *centp[TILE_SEEDS];
-                for (int r = 0; r < TILE_ROWS; r++) rowp[r] = xn + (i0 + (r < rows ? r : 0)) * d;
-                for (int q = 0; q < TILE_SEEDS; q++) centp[q] = cent + (j + (q < width ? q : 0)) * d;
-                dot_tile(rowp, centp, d, dots);
-            }
+            tile_indices(i0, rows, j, width, NULL, rrow, ccol);
+            tile_products(bf16, xn, xn_bf16, rrow, cent, cent_bf16, ccol, d, dots);
             for (int r = 0; r < rows; r++) memcpy(stored + r * n + j, dots[r], (size_t)width * sizeof(float));
         }
         unsigned char moved[TILE_ROWS] = {0};     /* per tile row: did it move a centroid before the tile? */
