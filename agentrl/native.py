@@ -5,7 +5,8 @@ system C compiler (``$CC``, else ``cc`` or ``gcc``) into
 ``$AGENTRL_CACHE_DIR/native`` (default ``~/.cache/agentrl/native``) under a name that hashes the
 source, the flags, the compiler and the CPU's feature flags, so a cache shared by machines with
 different CPUs never loads code built for another one; the file is written to a temporary name
-and renamed, so concurrent first uses (Ray workers, learner ranks) are safe. It returns the
+and renamed, so concurrent first uses (Ray workers, learner ranks) are safe, and a cached file
+that does not load (damaged) is built again. It returns the
 ``ctypes.CDLL`` or ``None`` when no compiler works, or when ``AGENTRL_NATIVE=0``; callers then use
 their pure-Python path, which gives the same results, and ``native_status()`` says why. Calls
 through ctypes release the GIL.
@@ -93,7 +94,13 @@ def load_kernel(source: Path) -> ctypes.CDLL | None:
         else:
             try:
                 path, reason = _build(source, cc)
-                library = ctypes.CDLL(str(path)) if path is not None else None
+                if path is not None:
+                    try:
+                        library = ctypes.CDLL(str(path))
+                    except OSError:                  # a damaged cache entry: build it again, once
+                        path.unlink(missing_ok=True)
+                        path, reason = _build(source, cc)
+                        library = ctypes.CDLL(str(path)) if path is not None else None
             except OSError as exc:
                 reason = f"cannot build or load {source.name} into {cache_dir()}: {exc}"
         if library is None:

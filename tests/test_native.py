@@ -45,6 +45,24 @@ def test_kernel_is_built_once_into_the_cache_and_reused(fresh):
     assert built[0].stat().st_mtime_ns == mtime                           # loaded, not rebuilt
 
 
+@needs_compiler
+def test_a_damaged_cache_entry_is_built_again(fresh):
+    """Fresh processes (a process that loaded a library keeps it whatever happens to the file)."""
+    import subprocess
+    import sys
+
+    load = ("from agentrl import native; from agentrl.estimators.bigpo_native import NATIVE_SOURCE; "
+            "native.load_kernel(NATIVE_SOURCE); print(native.native_status(NATIVE_SOURCE))")
+    env = {**os.environ, "AGENTRL_CACHE_DIR": str(fresh / "cache")}
+    first = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=120)
+    assert first.stdout.strip() == "native", first.stderr
+    [built] = list((fresh / "cache" / "native").glob("bigpo_block-*.so"))
+    built.write_bytes(b"not a shared object")
+    second = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=120)
+    assert second.stdout.strip() == "native", second.stderr
+    assert built.read_bytes()[:4] == b"\x7fELF"
+
+
 def test_switched_off_falls_back_with_a_warning_and_the_same_labels(fresh, monkeypatch):
     rows, group = clustering_case()
     slow, _ = greedy_cosine_clusters(rows, group, 1, 0.1, use_native=False)
