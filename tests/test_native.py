@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from agentrl import native
-from agentrl.estimators import bigpo_clustering
-from agentrl.estimators.bigpo_clustering import NATIVE_SOURCE, greedy_cosine_clusters
+from agentrl.estimators import bigpo_native
+from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
+from agentrl.estimators.bigpo_native import NATIVE_SOURCE
 
 needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
 
@@ -68,7 +69,7 @@ def test_switched_off_falls_back_with_a_warning_and_the_same_labels(fresh, monke
     slow, _ = greedy_cosine_clusters(rows, group, 1, 0.1, use_native=False)
     monkeypatch.setenv("AGENTRL_NATIVE", "0")
     with pytest.warns(UserWarning, match="AGENTRL_NATIVE=0"):
-        assert bigpo_clustering.native_kernel() is None
+        assert bigpo_native.native_kernel() is None
     labels, _ = greedy_cosine_clusters(rows, group, 1, 0.1)
     assert torch.equal(labels, slow)
     assert not (fresh / "cache").exists()
@@ -97,7 +98,7 @@ def test_flags_the_compiler_rejects_fall_back_to_portable_ones(fresh, monkeypatc
                      f'exec {real} "$@"\n')
     picky.chmod(picky.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("CC", str(picky))
-    lib = bigpo_clustering.native_kernel()
+    lib = bigpo_native.native_kernel()
     assert lib is not None
     assert lib.bigpo_has_bf16_tiles() == 0             # portable build: the in-block screen is float32
     rows, group = clustering_case()
@@ -137,7 +138,7 @@ def test_prepare_pass_matches_torch_rounding_and_norms():
     """The one-pass bfloat16 copy is torch's round-to-nearest-even; the norms are float32 norms."""
     import numpy as np
 
-    lib = bigpo_clustering.native_kernel()
+    lib = bigpo_native.native_kernel()
     x = torch.randn(50, 3590, generator=torch.Generator().manual_seed(1)) * torch.logspace(-10, 10, 50)[:, None]
     x_bf16 = torch.empty_like(x, dtype=torch.bfloat16)
     norms = np.empty(50, dtype=np.float32)

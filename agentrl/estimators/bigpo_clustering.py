@@ -44,8 +44,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agentrl.estimators.bigpo_native import (NATIVE_SOURCE, WORKSPACES, mean_clusters_native, native_kernel, scratch,
-                                             screen_available, seed_clusters_native)
+from agentrl.estimators.bigpo_native import (WORKSPACES, mean_clusters_native, native_kernel, scratch, screen_available,
+                                             seed_clusters_native)
 
 DISTANCE_TOLERANCE = 1e-6
 CENTROIDS = ("seed", "mean")
@@ -183,10 +183,11 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
                            native_block: int | None = None, screen: bool | None = None) -> tuple[torch.Tensor, int]:
     """Cluster id (0..K-1, numbered group by group in order of creation) for every row.
 
-    ``use_native`` runs the seed pass's decisions in the compiled kernel when it can be built
-    (``agentrl.native``); ``False`` forces the numpy path (same labels). ``screen`` (native path
-    only) takes the products against earlier seeds in bfloat16 and settles what they cannot
-    decide in float32 (same labels); None uses it where this CPU multiplies bfloat16 natively."""
+    ``use_native`` runs the pass compiled when the kernel can be built (``agentrl.native``);
+    ``False`` forces the numpy path (same labels). ``screen`` (compiled path only) takes the
+    products in bfloat16 and settles in float32 what they cannot decide (same labels); None uses it
+    where this CPU multiplies bfloat16 natively (``bigpo_native.screen_available``). ``block`` is
+    the numpy seed pass's block, ``native_block`` the compiled one's (None: chosen per path)."""
     n = hidden.shape[0]
     lib = native_kernel() if use_native else None
     screened = lib is not None and (screen_available() if screen is None else screen)

@@ -11,7 +11,7 @@ import torch
 from agentrl.bench._estimators_reference import reference_clusters
 from agentrl.bench.estimators import make_workload
 from agentrl import native
-from agentrl.estimators import bigpo_clustering
+from agentrl.estimators import bigpo_clustering, bigpo_native
 from agentrl.estimators.bigpo_clustering import DISTANCE_TOLERANCE, greedy_cosine_clusters
 
 EPS = 0.10
@@ -55,7 +55,7 @@ def test_block_and_chunk_sizes_give_the_row_by_row_labels(batch, reference, bloc
 def test_native_block_decisions_give_the_row_by_row_labels(block, hidden_size, screen):
     batch = make_workload(num_trajectories=24, num_groups=6, steps=30, hidden_size=hidden_size, seed=1)
     group, num_groups = batch.group_segments()
-    assert bigpo_clustering.native_kernel() is not None, native.native_status(bigpo_clustering.NATIVE_SOURCE)
+    assert bigpo_native.native_kernel() is not None, native.native_status(bigpo_native.NATIVE_SOURCE)
     labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, native_block=block, screen=screen)
     reference = torch.tensor(reference_clusters(batch, EPS, "seed"))
     assert num == int(reference.max()) + 1 > 200
@@ -79,7 +79,7 @@ def test_screen_settles_what_bfloat16_cannot_decide(block):
     rows = (cosine * base + (1 - cosine ** 2).sqrt() * noise) * (0.5 + torch.rand(2, rows_per_group, 1, generator=gen))
     rows = rows.reshape(-1, hidden)
     group = torch.arange(2).repeat_interleave(rows_per_group)
-    lib = bigpo_clustering.native_kernel()
+    lib = bigpo_native.native_kernel()
     _, settled = seed_clusters_native(rows[:rows_per_group].contiguous(), 1 - EPS - 1e-6, block, lib, screened=True)
     assert settled > 20                        # the screen really was undecided on some pairs
     assert 0.0120 < screen_bound(hidden) < 0.0122
@@ -96,7 +96,7 @@ def test_screen_is_skipped_for_rows_outside_its_norm_range():
     from agentrl.estimators.bigpo_native import seed_clusters_native
 
     batch = make_workload(num_trajectories=8, num_groups=1, steps=30, hidden_size=64, seed=2)
-    lib = bigpo_clustering.native_kernel()
+    lib = bigpo_native.native_kernel()
     threshold = 1 - EPS - 1e-6
     _, settled = seed_clusters_native(batch.hidden.contiguous(), threshold, None, lib, screened=True)
     assert settled > 0                                        # in range: screened
@@ -205,7 +205,7 @@ def test_mean_centroids_at_the_radius_native_equals_numpy():
     for screen in (False, True):
         native_labels, n1 = greedy_cosine_clusters(rows, group, 1, EPS, centroid="mean", screen=screen)
         assert torch.equal(native_labels, numpy_labels) and n1 == n2
-    lib = bigpo_clustering.native_kernel()
+    lib = bigpo_native.native_kernel()
     if lib.bigpo_has_bf16_tiles():
         _, settled = mean_clusters_native(rows.contiguous(), 1 - EPS - 1e-6, lib, screened=True)
         assert settled > 10                 # the screen handed close calls to float32
