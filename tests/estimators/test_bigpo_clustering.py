@@ -235,3 +235,27 @@ def test_threshold_is_compared_in_double_like_the_reference(centroid, use_native
     assert labels.tolist() == [0, 1] and num == 2
     batch = make_workload(num_trajectories=1, num_groups=1, steps=2, hidden_size=4, seed=0).with_columns(hidden=hidden)
     assert reference_clusters(batch, eps, centroid) == [0, 1]
+
+
+@needs_compiler
+@pytest.mark.parametrize("seed", range(10))
+def test_screened_passes_equal_float32_on_rows_near_the_radius(seed):
+    """Rows at cosines from 0.90-0.999 up to 1 of a few directions, norms spread over e^(3 N(0,1)),
+    d from 64 to 8,192 (where the bound is widest): for radii eps 0 to 0.2, both centroid kinds,
+    the screened and unscreened compiled passes give the numpy pass's labels."""
+    gen = torch.Generator().manual_seed(seed)
+    d, n, k = [64, 333, 1024, 3584, 8192][seed % 5], 120, 1 + seed % 7
+    anchors = torch.nn.functional.normalize(torch.randn(k, d, generator=gen), dim=-1)
+    base = anchors[torch.randint(0, k, (n,), generator=gen)]
+    noise = torch.randn(n, d, generator=gen)
+    noise = torch.nn.functional.normalize(noise - (noise * base).sum(-1, keepdim=True) * base, dim=-1)
+    low = [0.9, 0.94, 0.97, 0.999][seed % 4]
+    cosine = low + (1 - low) * torch.rand(n, 1, generator=gen)
+    rows = (cosine * base + (1 - cosine ** 2).sqrt() * noise) * torch.exp(3 * torch.randn(n, 1, generator=gen))
+    group = torch.zeros(n, dtype=torch.int64)
+    for eps in (0.0, 0.01, 0.05, 0.1, 0.2):
+        for centroid in ("seed", "mean"):
+            expected, _ = greedy_cosine_clusters(rows, group, 1, eps, centroid, use_native=False)
+            for screen in (True, False):
+                labels, _ = greedy_cosine_clusters(rows, group, 1, eps, centroid, screen=screen)
+                assert torch.equal(labels, expected), (eps, centroid, screen)
