@@ -231,4 +231,5 @@ def describe_path() -> str:
     return f"native, bfloat16 screen ({tiles}) with float32 settling"
 
 
-__all__ = ["NATIVE_SOURCE", "describe_path", "mean_clusters_native", "native_kernel", "screen_available", "screen_bound", "seed_clusters_native"]
+__all__ = ["NATIVE_SOURCE", "WORKSPACES", "describe_path", "mean_clusters_native", "native_kernel", "scratch",
+           "screen_available", "screen_bound", "seed_clusters_native"]
