@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
+
 import pytest
 import torch
 
@@ -14,3 +18,27 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster of 2 CPUs, started once for the whole test process.
+
+    Every module that needs Ray shares it: a ``ray.shutdown()`` followed by a new ``ray.init()``
+    in one process leaves Ray's background threads free to touch the torn-down core worker, which
+    can crash the process later (at the latest while it exits). Modules that ship test-only code
+    to the workers override this fixture, request it, and register their modules by value.
+    """
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """Keep the fault handler on through interpreter shutdown, after pytest's own one is switched
+    off: a crash while the test process exits then prints the Python stack of every thread,
+    instead of a bare exit status 139."""
+    faulthandler.enable(file=sys.__stderr__, all_threads=True)

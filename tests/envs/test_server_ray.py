@@ -6,7 +6,6 @@ itself, so nothing has to be configured and other local users cannot submit work
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -22,14 +21,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+def ray_cluster(ray_cluster):
     # the flaky env and its factory live in test modules the workers cannot import: ship them by value
-    ray.cloudpickle.register_pickle_by_value(sys.modules[FlakyEnv.__module__])
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    ray.shutdown()
+    ray_cluster.cloudpickle.register_pickle_by_value(sys.modules[FlakyEnv.__module__])
+    ray_cluster.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray_cluster
 
 
 def _make_flaky():

@@ -1,7 +1,6 @@
 """Two learner ranks through Ray give the same numbers as one rank in-process."""
 
 import pytest
-import ray
 import torch
 
 from agentrl.learner.group import LearnerGroup
@@ -11,13 +10,6 @@ from tiny_setup import learner_config, step_batch, write_tiny_model
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def group(model_dir, ranks, stage):

@@ -149,13 +149,9 @@ def test_a_shard_that_stays_dead_stops_the_rollout_past_the_cap(tokenizer):
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[FaultEnv.__module__])
-    yield ray
-    ray.shutdown()
+def ray_cluster(ray_cluster):
+    ray_cluster.cloudpickle.register_pickle_by_value(sys.modules[FaultEnv.__module__])
+    return ray_cluster
 
 
 def test_killed_ray_pool_actor_is_restarted_and_its_episodes_rerun(tokenizer, ray_cluster):

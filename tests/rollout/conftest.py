@@ -28,18 +28,6 @@ def tiny_tokenizer(tiny_model_dir):
     return load_tokenizer(tiny_model_dir)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A local Ray cluster of 2 CPUs for one test module."""
-    import os
-
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.fixture(scope="session")
 def alfworld_games_dir(tmp_path_factory) -> str:
     """Two ALFWorld games of ``valid_seen`` in the official layout (a few seconds), so rollout tests
