@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
 import sys
 
@@ -18,6 +19,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def release_process_group():
+    """In-process learners share one gloo process group for the whole test process (DeepSpeed
+    creates it once); destroy it when the session ends, so its threads are gone before the
+    interpreter shuts down rather than torn down during the shutdown."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
