@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -54,7 +55,12 @@ def local_client(tmp_path, **faults) -> tuple[EnvClient, EnvPool]:
     return EnvClient([(0, 4, LocalTransport(pool))]), pool
 
 
+def call_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "env-call"}
+
+
 def test_hung_step_is_abandoned_the_instance_rebuilt_and_the_episode_rerun(tokenizer, tmp_path):
+    before = call_threads()
     client, pool = local_client(tmp_path, hang_step=2, hang_s=3.0)
     rollout_cfg, env_cfg = configs()
     engine = RolloutEngine(ScriptedTextBackend(tokenizer, VALID), tokenizer, client, rollout_cfg, env_cfg,
@@ -70,7 +76,13 @@ def test_hung_step_is_abandoned_the_instance_rebuilt_and_the_episode_rerun(token
     record_figures("env step hangs (pool call timeout 0.5 s, hang 3 s)", faults_injected=1,
                    env_failures=result.stats["env_failures"], episodes_recovered=result.stats["episodes_rerun"],
                    episodes_lost=0, rollout_s=round(elapsed, 2))
+    assert len(call_threads() - before) == 2          # the abandoned call's thread and its successor
     client.close()
+    # closing ends the successor; the abandoned thread ends once its hung call returns
+    deadline = time.monotonic() + 10
+    while call_threads() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not call_threads() - before
 
 
 def test_mask_mode_drops_the_failed_episode_and_its_group_is_normalised_without_it(tokenizer, tmp_path):

@@ -50,7 +50,8 @@ class _CallRunner:
     """Runs environment calls on one daemon thread and waits for each at most ``timeout`` seconds.
 
     A call that overruns is abandoned (Python cannot stop a thread): its thread is left to finish or
-    hang on its own, holding only the instance the pool replaces, and a fresh thread takes over."""
+    hang on its own, holding only the instance the pool replaces, and a fresh thread takes over.
+    A thread ends when it reads ``None`` from its queue: after its abandoned call, or on close."""
 
     def __init__(self, timeout: float):
         self.timeout = float(timeout)
@@ -63,7 +64,10 @@ class _CallRunner:
     @staticmethod
     def _loop(jobs: queue.Queue) -> None:
         while True:
-            fn, args, reply = jobs.get()
+            job = jobs.get()
+            if job is None:             # close(): the thread ends
+                return
+            fn, args, reply = job
             try:
                 reply.put((True, fn(*args)))
             except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
@@ -75,11 +79,16 @@ class _CallRunner:
         try:
             ok, value = reply.get(timeout=self.timeout)
         except queue.Empty:
+            self._jobs.put(None)        # the abandoned thread ends when its call returns
             self._start()
             raise InstanceTimeout(f"no answer within {self.timeout:g} s (call_timeout_s)") from None
         if not ok:
             raise value
         return value
+
+    def close(self) -> None:
+        """End the thread once its queued calls are done."""
+        self._jobs.put(None)
 
 
 def jsonable(value: Any) -> Any:
@@ -277,6 +286,8 @@ class EnvPool:
         return {"instance_id": instance_id, "ok": True, "error": None, "actions": actions}
 
     def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
         with self._lock:
             for env in self._envs:
                 if env is not None:
