@@ -65,7 +65,7 @@ class _CallRunner:
     def _loop(jobs: queue.Queue) -> None:
         while True:
             job = jobs.get()
-            if job is None:             # close(): the thread ends
+            if job is None:             # closed, or this thread's call was abandoned
                 return
             fn, args, reply = job
             try:
