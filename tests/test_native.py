@@ -149,14 +149,15 @@ def test_prepare_pass_matches_torch_rounding_and_norms():
 
 
 @needs_compiler
-@pytest.mark.parametrize("flags", [("-O3", "-march=native"), ("-O3",)])
+@pytest.mark.parametrize("flags", native.FLAG_SETS)
 def test_kernel_compiles_without_warnings(flags, tmp_path):
-    """Warnings are errors here (a missing header once left malloc implicitly declared)."""
+    """Warnings are errors here (a missing header once left malloc implicitly declared). The
+    portable flags must compile cleanly; a compiler may reject ``-march=native`` itself (the
+    loader then falls back to the portable flags), but nothing else."""
     import subprocess
 
     cc = native.compiler()
     proc = subprocess.run([cc, *flags, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-psabi", "-fPIC", "-c",
                            "-o", str(tmp_path / "kernel.o"), str(NATIVE_SOURCE)], capture_output=True, text=True)
-    if proc.returncode and "-march=native" in flags and "march" in proc.stderr:
-        pytest.skip(f"{cc} does not take -march=native")
-    assert proc.returncode == 0, proc.stderr
+    rejected_march = proc.returncode != 0 and "-march=native" in flags and "march" in proc.stderr
+    assert proc.returncode == 0 or rejected_march, proc.stderr
