@@ -34,6 +34,7 @@ class TrainerState:
     iteration: int = 0
     model_dir: str | None = None          # the starting policy the learner was built from
     estimator_state: dict[str, Any] | None = None
+    schedule_state: dict[str, Any] | None = None    # the prioritized curriculum's outcomes per goal
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -170,3 +171,13 @@ class TaskSchedule:
         start = (iteration - 1) * self.per_iteration
         positions = range(start, start + self.per_iteration)
         return [TaskRef(self.split, self._epoch_order(p // self.size)[p % self.size]) for p in positions]
+
+    # the interface agentrl.curriculum.PrioritizedSchedule adds to; a uniform schedule keeps no state
+    def record(self, episodes) -> None:
+        """Outcomes do not change a uniform schedule."""
+
+    def as_dict(self) -> None:
+        return None
+
+    def metrics(self, tasks: list[TaskRef]) -> dict[str, float]:
+        return {}

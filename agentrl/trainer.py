@@ -5,6 +5,8 @@
         rollout      tasks x G episodes through the env servers          -> StepBatch
         learner pass old log-probs, reference log-probs, hidden states   (one forward pass)
         estimate     advantages with the configured estimator            (pure function)
+                     (BiPACE needs the pass's hidden states, so its pass comes first, over all
+                     rows; for the others the pass follows, over the rows the update trains on)
         update       PPO epochs over mini-batches                         (DeepSpeed ZeRO)
         sync         new weights into the rollout workers
         log / validate / checkpoint
@@ -94,6 +96,22 @@ def rows_to_train(batch, skip_zero_advantage: bool):
     return batch.select(keep), float(keep.float().mean())
 
 
+def task_schedule(cfg: Config, saved: dict[str, Any] | None = None):
+    """The iteration -> tasks schedule: seeded epochs over the split, or the prioritized curriculum
+    (:mod:`agentrl.curriculum`) continued from its saved state."""
+    if cfg.trainer.curriculum.mode == "prioritized":
+        from agentrl.curriculum import PrioritizedSchedule
+
+        return PrioritizedSchedule.for_config(cfg, saved)
+    return TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
+
+
+def saved_state(state: TrainerState, iteration: int, estimator_state: BiGPOState, schedule) -> TrainerState:
+    """What a checkpoint after ``iteration`` records besides the weights."""
+    return dataclasses.replace(state, iteration=iteration, estimator_state=estimator_state.as_dict(),
+                               schedule_state=schedule.as_dict())
+
+
 def _mixed_groups(episodes) -> float:
     by_group: dict[int, set[bool]] = {}
     for e in episodes:
@@ -145,7 +163,7 @@ class Trainer:
             self.learner.load_checkpoint(str(self.run.learner_checkpoint(state.iteration)))
             self.tracker.status(f"resumed {self.run.name} after iteration {state.iteration}")
         self.rollout.load_weights(self.learner.state_dict_for_rollout())
-        schedule = TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
+        schedule = task_schedule(cfg, state.schedule_state)
         estimator_state = BiGPOState.from_dict(state.estimator_state) if state.estimator_state else BiGPOState()
         if state.iteration == 0 and cfg.trainer.eval_before_train and cfg.trainer.eval_every > 0:
             self.validate(0)
@@ -153,7 +171,7 @@ class Trainer:
             try:
                 metrics = self.iteration(iteration, schedule, estimator_state)
             except EnvFailureLimitError as err:
-                self.stop_on_env_failures(iteration, state, estimator_state, err)
+                self.stop_on_env_failures(iteration, state, estimator_state, schedule, err)
             self.tracker.log(metrics, iteration)
             self.tracker.status(f"iter {iteration}/{cfg.trainer.iterations} "
                                 f"success {metrics['rollout/success_rate']:.2f} "
@@ -162,25 +180,33 @@ class Trainer:
                 self.validate(iteration)
             last = iteration == cfg.trainer.iterations
             if last or (cfg.trainer.save_every and iteration % cfg.trainer.save_every == 0):
-                state = dataclasses.replace(state, iteration=iteration, estimator_state=estimator_state.as_dict())
+                state = saved_state(state, iteration, estimator_state, schedule)
                 self.run.save(state, self.learner)
         final = self.run.path / "final_model"
         self.learner.export_hf(str(final))
         return {"run_dir": str(self.run.path), "final_model": str(final)}
 
-    def iteration(self, iteration: int, schedule: "TaskSchedule", estimator_state: BiGPOState) -> dict[str, float]:
+    def iteration(self, iteration: int, schedule, estimator_state: BiGPOState) -> dict[str, float]:
         cfg, times = self.cfg, {}
         tasks = schedule.tasks_for(iteration)
+        schedule_metrics = schedule.metrics(tasks)
 
         t = time.perf_counter()
         result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration,
                                   expert_guidance=cfg.rollout.expert_guidance)
         times["time/rollout_s"] = time.perf_counter() - t
+        schedule.record(result.episodes)    # the prioritized curriculum's outcomes per goal
 
-        t = time.perf_counter()
-        estimator = cfg.algorithm.estimator
-        batch = self.learner.compute_logprobs(result.batch, with_hidden=estimator == "bipace")
-        times["time/learner_pass_s"] = time.perf_counter() - t
+        # BiPACE clusters the actor's hidden states, so its learner pass runs before the estimator,
+        # over every row; the other estimators read only rewards and ids, so the pass runs after
+        # them, over the rows the update trains on (with skip_zero_advantage, often half or fewer)
+        estimator, batch = cfg.algorithm.estimator, result.batch
+        pass_first = estimator == "bipace"
+        times["time/learner_pass_s"] = 0.0
+        if pass_first:
+            t = time.perf_counter()
+            batch = self.learner.compute_logprobs(batch, with_hidden=True)
+            times["time/learner_pass_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
         advantages, diagnostics = compute_advantages(estimator, batch, state=estimator_state,
@@ -188,6 +214,11 @@ class Trainer:
         batch = batch.with_columns(advantages=guided_advantages(batch, advantages, cfg.rollout))
         times["time/estimate_s"] = time.perf_counter() - t
         batch, kept = rows_to_train(batch, cfg.learner.skip_zero_advantage)
+
+        if not pass_first and len(batch):
+            t = time.perf_counter()
+            batch = self.learner.compute_logprobs(batch, with_hidden=False)
+            times["time/learner_pass_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
         # a batch without a trained row (every advantage 0 and skipped) makes no optimizer step
@@ -203,19 +234,19 @@ class Trainer:
         metrics.update({f"estimator/{k}": v for k, v in diagnostics.items()})
         metrics.update({f"learner/{k}": v for k, v in update.items()})
         metrics["learner/trained_row_fraction"] = kept
+        metrics.update(schedule_metrics)
         metrics.update(times)
         return metrics
 
     def stop_on_env_failures(self, iteration: int, state: TrainerState, estimator_state: BiGPOState,
-                             err: Exception) -> None:
+                             schedule, err: Exception) -> None:
         """Save the last finished iteration (if not saved yet) and stop with one line naming the fix."""
         done = iteration - 1
         if done > 0 and (self.run.checkpoints / "latest").is_file() and \
                 self.run.checkpoints.joinpath("latest").read_text().strip() == self.run.checkpoint_dir(done).name:
             where = self.run.checkpoint_dir(done)
         elif done > 0:
-            where = self.run.save(dataclasses.replace(state, iteration=done,
-                                                      estimator_state=estimator_state.as_dict()), self.learner)
+            where = self.run.save(saved_state(state, done, estimator_state, schedule), self.learner)
         else:
             where = None
         saved = f"checkpoint {where} holds iteration {done}" if where else "no iteration had finished"

@@ -233,6 +233,18 @@ class SftConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    mode: str = F("uniform", "which tasks an iteration trains on: uniform = seeded epochs over the split; "
+                  "prioritized = weighted by how each goal's latest groups ended (agentrl.curriculum)",
+                  choices=("uniform", "prioritized"))
+    window: int = F(2, "prioritized: a goal's latest groups that decide its weight", min=1)
+    mastered_weight: float = F(0.1, "prioritized: weight of a goal whose latest groups all won (1 = no change)",
+                               min=0, max=1)
+    unsolved_weight: float = F(1.0, "prioritized: weight of a goal whose latest groups all failed (with "
+                               "rollout.expert_guidance such groups still train)", min=0, max=1)
+
+
+@dataclass
 class TrainerConfig:
     iterations: int = F(150, "training iterations (each: tasks_per_iteration x group_size episodes)", min=0)
     seed: int = F(0, "global seed (task order, sampling, initialisation)")
@@ -246,6 +258,7 @@ class TrainerConfig:
     init_checkpoint: Optional[str] = F(None, "start from this checkpoint or model directory (skips SFT)")
     device: str = F("auto", "auto = cuda when available, else cpu", choices=("auto", "cpu", "cuda"))
     sft: SftConfig = F(help="supervised warm start on expert demonstrations", factory=SftConfig)
+    curriculum: CurriculumConfig = F(help="how training tasks are picked each iteration", factory=CurriculumConfig)
 
 
 @dataclass

@@ -92,6 +92,12 @@ class TextEnv(gym.Env, abc.ABC):
     def expert_actions(self) -> list[str]:
         """A winning action sequence for the current task, from the state right after reset."""
 
+    def task_goals(self, split: str) -> list[str] | None:
+        """One goal name per task of ``split`` (tasks with the same name are one goal in other
+        layouts), or ``None`` when the environment does not say; the training curriculum then
+        treats every task as its own goal."""
+        return None
+
     # ----- the protocol ------------------------------------------------------------------------
     def reset(self, task: TaskRef | None = None, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,81 @@
+"""One `Trainer.iteration` with the real learner on a recorded rollout: which rows the learner's
+log-prob pass scores (all of them for BiPACE, whose estimator reads their hidden states; only the
+rows the update trains on for the others)."""
+
+import pytest
+import torch
+
+from agentrl.data import StepBatch
+from agentrl.envs import TaskRef
+from agentrl.estimators import BiGPOState
+from agentrl.learner.engine import Learner
+from agentrl.rollout.engine import EpisodeResult, RolloutResult
+from agentrl.run_state import TaskSchedule
+from agentrl.trainer import Trainer
+from tiny_setup import learner_config, write_tiny_model
+
+
+class RecordedRollout:
+    """Hands back one recorded rollout; stands in for the Ray rollout workers."""
+
+    def __init__(self, result: RolloutResult):
+        self.result = result
+
+    def run(self, tasks, group_size, seed, expert_guidance=False):
+        return self.result
+
+    def load_weights(self, state_dict):
+        pass
+
+
+class CountingLearner:
+    """The real learner, counting the rows each log-prob pass scores."""
+
+    def __init__(self, learner: Learner):
+        self.learner, self.passes = learner, []
+
+    def compute_logprobs(self, batch, with_hidden=None):
+        self.passes.append((len(batch), with_hidden))
+        return self.learner.compute_logprobs(batch, with_hidden)
+
+    def __getattr__(self, name):
+        return getattr(self.learner, name)
+
+
+def recorded_rollout() -> RolloutResult:
+    """Group 0: both episodes fail (advantage 0 everywhere); group 1: one win, one loss. 7 rows."""
+    g = torch.Generator().manual_seed(0)
+    records, outcomes = [], []
+    for group, traj, steps, won in ((0, 0, 2, False), (0, 1, 2, False), (1, 2, 1, True), (1, 3, 2, False)):
+        outcomes.append(EpisodeResult(group_id=group, traj_id=traj, task=TaskRef("train", group), task_type="t",
+                                      won=won, episode_return=float(won), length=steps, invalid_actions=0))
+        for step in range(steps):
+            done = step == steps - 1
+            records.append(dict(group_id=group, traj_id=traj, step=step, done=done, success=won and done,
+                                reward=10.0 if won and done else 0.0, anchor_obs=f"obs {traj} {step}",
+                                prompt_ids=torch.randint(10, 300, (6,), generator=g).tolist(),
+                                response_ids=torch.randint(10, 300, (3,), generator=g).tolist(),
+                                response_mask=[1.0, 1.0, 1.0]))
+    return RolloutResult(batch=StepBatch.from_records(records, pad_id=1), episodes=outcomes)
+
+
+@pytest.mark.parametrize("estimator, rows_scored, with_hidden", [("grpo", 3, False), ("bipace", 7, True)])
+def test_learner_pass_scores_the_trained_rows_unless_the_estimator_reads_hidden_states(
+        tmp_path, estimator, rows_scored, with_hidden):
+    cfg = learner_config(skip_zero_advantage=True, mini_batch_size=8)
+    cfg.algorithm.estimator = estimator
+    cfg.algorithm.grpo.norm_by_std = False
+    cfg.algorithm.bipace.hidden_layer = 1
+    cfg.trainer.output_dir = str(tmp_path / "runs")
+    cfg.logging.tensorboard, cfg.logging.progress_bar, cfg.logging.wandb.mode = False, False, "disabled"
+    trainer = Trainer(cfg, "unit")
+    try:
+        trainer.learner = CountingLearner(Learner(cfg, write_tiny_model(tmp_path / "model")))
+        trainer.rollout = RecordedRollout(recorded_rollout())
+        metrics = trainer.iteration(1, TaskSchedule("train", 2, 2, seed=0), BiGPOState())
+    finally:
+        trainer.tracker.close()
+    assert trainer.learner.passes == [(rows_scored, with_hidden)]
+    assert metrics["learner/optimizer_steps"] == 1.0 and metrics["time/learner_pass_s"] > 0
+    if estimator == "grpo":     # group 1's three rows: the all-failed group 0 is left out before the pass
+        assert metrics["learner/trained_row_fraction"] == pytest.approx(3 / 7)
