@@ -26,9 +26,14 @@ def add_cli(subparsers) -> None:
                      help="games in each of valid_seen and valid_unseen (default: max(6, n // 4))")
     gen.add_argument("--seed", type=int, default=0, help="generation seed (default: %(default)s)")
     gen.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    gen.add_argument("--solver", choices=("expert", "planner"), default="expert",
+    gen.add_argument("--solver", choices=("expert", "planner", "search"), default="expert",
                      help="expert: fast omniscient expert; planner: the engine's Fast Downward planner "
-                     "(minutes per game on large scenes). Default: %(default)s")
+                     "(minutes per game on large scenes); search: the searching expert (no hidden "
+                     "information; games it cannot win in 50 steps are resampled). Default: %(default)s")
+    gen.add_argument("--task-types", nargs="+", default=None, metavar="TYPE",
+                     help="task families to deal round-robin (default: all six)")
+    gen.add_argument("--rooms", nargs="+", default=None, choices=("kitchen", "livingroom", "bedroom", "bathroom"),
+                     help="room kinds whose scenes are used (default: all)")
     gen.set_defaults(_envs_run=run_generate)
 
     bench = sub.add_parser("bench", help="measure engine steps/s in one process and over a process pool")
@@ -48,7 +53,9 @@ def run_generate(args) -> int:
     n_valid = args.n_valid if args.n_valid is not None else max(6, args.n // 4)
     counts = {"train": args.n, "valid_seen": n_valid, "valid_unseen": n_valid}
     start = time.perf_counter()
-    trials = generate_dataset(args.out, counts, seed=args.seed, workers=args.workers, solver=args.solver)
+    trials = generate_dataset(args.out, counts, seed=args.seed, workers=args.workers, solver=args.solver,
+                              task_types=tuple(args.task_types) if args.task_types else None,
+                              rooms=tuple(args.rooms) if args.rooms else None)
     seconds = time.perf_counter() - start
     print(json.dumps({"out": os.path.abspath(args.out), "games": len(trials), "counts": counts,
                       "seed": args.seed, "seconds": round(seconds, 1),

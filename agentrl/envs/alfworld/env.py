@@ -7,6 +7,11 @@ the step count (``max_steps``, 50 as in ALFWorld's configs) and fills the common
 One change to the text, on by default as in the LLM-agent frameworks: the initial observation's
 TextWorld banner ``-= Welcome to TextWorld, ALFRED! =-`` and the blank line after it are removed
 (``strip_banner=False`` keeps the engine's text verbatim).
+
+``room_in_task=True`` makes ``info["task"]`` (what prompts show as the task on every step) the
+room line of the first observation followed by the task line, so a policy that sees only the last
+few steps still sees the receptacle list: the searching expert
+(:func:`agentrl.envs.alfworld.expert.search_action`) visits receptacles in that list's order.
 """
 
 from __future__ import annotations
@@ -47,12 +52,14 @@ class ALFWorldEnv(TextEnv):
     name = "alfworld"
 
     def __init__(self, max_steps: int = 50, data_dir: str | None = None, strip_banner: bool = True,
-                 generated_counts: dict[str, int] | None = None, generated_seed: int = 0):
+                 generated_counts: dict[str, int] | None = None, generated_seed: int = 0,
+                 room_in_task: bool = False):
         super().__init__(max_steps=max_steps)
         from agentrl.envs.alfworld.data import resolve_data_dir
 
         self.data_dir = resolve_data_dir(data_dir, generated_counts, generated_seed)
         self.strip_banner = bool(strip_banner)
+        self.room_in_task = bool(room_in_task)
         self._engine = None
         self._state = None
         self._game_path: str | None = None
@@ -86,8 +93,11 @@ class ALFWorldEnv(TextEnv):
         self._game_path = path
         self._state = self._engine.reset()
         intro = self._state.feedback
-        self._task_line = task_line(intro)
         obs = intro[len(BANNER):] if self.strip_banner and intro.startswith(BANNER) else intro
+        self._task_line = task_line(intro)
+        if self.room_in_task:
+            room = next((line for line in obs.splitlines() if line.startswith("You are in the middle of a room")), "")
+            self._task_line = f"{room}\n{self._task_line}" if room else self._task_line
         return obs, self._info()
 
     def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:

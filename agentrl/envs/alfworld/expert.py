@@ -1,16 +1,23 @@
-"""An omniscient expert for the six ALFWorld task families, read off the engine's facts.
+"""Two experts for the six ALFWorld task families: an omniscient planner and a searching policy.
 
-It plans from the state right after ``reset``: it knows where every object is (unlike ALFWorld's
-hand-coded expert, which searches receptacles one by one), so its plans are short, like the
-planner's. The plan uses the engine's own command templates (``go to R``, ``open R``, ``take O from
-R``, ``clean/heat/cool O with R``, ``move O to R``, ``use L``), and it tracks the agent's location
-because ``go to R`` is not admissible for a receptacle at the current location (several
-receptacles can share one location). Plans are checked by replaying them in the engine.
+:func:`expert_plan` (the generator's default solver and the stored walkthroughs) reads the hidden
+object locations off the engine's facts. :func:`search_action` knows only what the agent sees and
+searches receptacles in the listed order, so a model can imitate it on unseen layouts; see the
+section "the searching expert" below.
+
+The omniscient expert plans from the state right after ``reset``: it knows where every object is
+(unlike ALFWorld's hand-coded expert, which searches receptacles one by one), so its plans are
+short, like the planner's. The plan uses the engine's own command templates (``go to R``, ``open
+R``, ``take O from R``, ``clean/heat/cool O with R``, ``move O to R``, ``use L``), and it tracks
+the agent's location because ``go to R`` is not admissible for a receptacle at the current location
+(several receptacles can share one location). Plans are checked by replaying them in the engine.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Iterable
 
 APPLIANCE = {
@@ -146,3 +153,196 @@ def expert_plan(task_type: str, params: dict, facts: Iterable, entity_infos: dic
         p.plan.append(f"{verb} {obj} with {appliances[0]}")
     p.put(obj, destinations[0])
     return p.plan
+
+
+# ----- the searching expert ------------------------------------------------------------------------
+# A policy, not a plan: it sees only what an agent sees (the goal, the receptacles listed in the
+# first observation, the latest observation and the admissible commands) and never the hidden
+# object locations. It searches the receptacles in the order the first observation lists them.
+SEARCH_GOALS = (  # (family, pattern over the goal text); the first full match wins
+    ("look_at_obj_in_light", r"look at (?P<obj>\w+) under the (?P<lamp>\w+)"),
+    ("look_at_obj_in_light", r"examine the (?P<obj>\w+) with the (?P<lamp>\w+)"),
+    ("pick_clean_then_place_in_recep", r"put a clean (?P<obj>\w+) in (?P<dest>\w+)"),
+    ("pick_clean_then_place_in_recep", r"clean some (?P<obj>\w+) and put it in (?P<dest>\w+)"),
+    ("pick_heat_then_place_in_recep", r"put a hot (?P<obj>\w+) in (?P<dest>\w+)"),
+    ("pick_heat_then_place_in_recep", r"heat some (?P<obj>\w+) and put it in (?P<dest>\w+)"),
+    ("pick_cool_then_place_in_recep", r"put a cool (?P<obj>\w+) in (?P<dest>\w+)"),
+    ("pick_cool_then_place_in_recep", r"cool some (?P<obj>\w+) and put it in (?P<dest>\w+)"),
+    ("pick_two_obj_and_place", r"put two (?P<obj>\w+) in (?P<dest>\w+)"),
+    ("pick_two_obj_and_place", r"find two (?P<obj>\w+) and put them in (?P<dest>\w+)"),
+    ("pick_and_place_simple", r"put a (?P<obj>\w+) in (?P<dest>\w+)"),
+    ("pick_and_place_simple", r"put some (?P<obj>\w+) on (?P<dest>\w+)"),
+)
+# the appliance type (as the engine names receptacles) and the verb of the three "modify" families
+SEARCH_APPLIANCE = {family: (appliance.lower(), verb) for family, (appliance, verb) in APPLIANCE.items()}
+_NAME = r"[a-z]+ \d+"
+# the receptacle an observation is about: where the agent now is (or what it just examined)
+_WHERE = tuple(re.compile(p) for p in (
+    rf"You arrive at ({_NAME})\.",
+    rf"You open the ({_NAME})\.",
+    rf"You pick up the {_NAME} from the ({_NAME})\.",
+    rf"You move the {_NAME} to the ({_NAME})\.",
+    rf"You (?:clean|heat|cool) the {_NAME} using the ({_NAME})\.",
+    rf"The ({_NAME}) is (?:closed|open)\.",
+    rf"On the ({_NAME}), you see",
+))
+_ROOM = re.compile(r"Looking quickly around you, you see (.+?)\.(?:\n|$)")
+_ITEM = re.compile(rf"\ba ({_NAME})")
+
+
+@dataclass(frozen=True)
+class SearchGoal:
+    family: str
+    obj: str                  # object type as the engine prints it ("spraybottle")
+    dest: str | None = None   # receptacle type to put it in ("toilet"); None for look_at_obj_in_light
+    lamp: str | None = None   # lamp type for look_at_obj_in_light ("desklamp")
+
+
+def parse_goal(task: str) -> SearchGoal:
+    """The goal of a task line (``Your task is to: put some mug on desk.``, prefix optional)."""
+    text = task.strip()
+    text = text[len("Your task is to: "):] if text.startswith("Your task is to: ") else text
+    text = text.rstrip(".").strip().lower()
+    for family, pattern in SEARCH_GOALS:
+        m = re.fullmatch(pattern, text)
+        if m:
+            g = m.groupdict()
+            return SearchGoal(family, g["obj"], g.get("dest"), g.get("lamp"))
+    raise ValueError(f"unrecognised ALFWorld goal: {task!r}")
+
+
+def listed_receptacles(first_observation: str) -> list[str]:
+    """The receptacles of ``Looking quickly around you, you see a cabinet 1, ..., and a toilet 1.``,
+    in the order listed."""
+    m = _ROOM.search(first_observation)
+    if not m:
+        raise ValueError("the observation lists no receptacles")
+    return _ITEM.findall(m.group(1))
+
+
+def observed_receptacle(observation: str) -> str | None:
+    """The receptacle the latest observation is about (the agent's place), or None (start, look...)."""
+    for pattern in _WHERE:
+        m = pattern.match(observation.strip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def _kind(name: str) -> str:
+    return name.rsplit(" ", 1)[0]
+
+
+def held_object(admissible: Iterable[str], receptacles: Iterable[str]) -> str | None:
+    """What the agent carries, read off the admissible commands: the engine offers ``examine X``
+    for the carried object and for receptacles only."""
+    recs = set(receptacles)
+    for command in admissible:
+        if command.startswith("examine ") and command[len("examine "):] not in recs:
+            return command[len("examine "):]
+    return None
+
+
+def search_action(goal: SearchGoal, receptacles: list[str], observation: str, admissible: list[str]) -> str:
+    """The searching expert's next command: a function of the goal, the receptacle list, the latest
+    observation and the admissible commands only: no history is needed, so a model can imitate it
+    from its prompt alone when the prompt shows the receptacle list (the env's ``room_in_task``).
+
+    * Not carrying: if the target type is visible in the latest observation (outside the goal's
+      destination) take the first one listed; else open the current receptacle if it is closed;
+      else visit the receptacle after the current one in the listed order (cyclically; the first
+      one at the start).
+    * Carrying, look_at_obj_in_light: use the lamp when ``use`` is admissible, else keep visiting
+      receptacles in order (without opening: lamps stand on furniture).
+    * Carrying, clean/heat/cool: the latest observation is not yet ``You heat the ...``: heat (clean,
+      cool) it when that is admissible, else visit the first appliance of the type in the list.
+    * Carrying otherwise: visit the first receptacle of the destination type in the list, open it
+      if it is closed, move the object into it.
+
+    "Visit R" is ``go to R``; when R shares the agent's location, ``go to R`` is not admissible and
+    the expert opens R (if closed) or examines it instead.
+    """
+    allowed = set(admissible)
+    here = observed_receptacle(observation)
+    held = held_object(admissible, receptacles)
+
+    def visit(recep: str) -> str:
+        for command in (f"go to {recep}", f"open {recep}", f"examine {recep}"):
+            if command in allowed:
+                return command
+        raise RuntimeError(f"cannot reach {recep}: {sorted(allowed)}")
+
+    def visit_next(open_closed: bool) -> str:
+        if open_closed and here is not None and f"The {here} is closed." in observation \
+                and f"open {here}" in allowed:
+            return f"open {here}"
+        start = receptacles.index(here) + 1 if here in receptacles else 0
+        for k in range(len(receptacles)):
+            recep = receptacles[(start + k) % len(receptacles)]
+            if recep != here:
+                return visit(recep)
+        raise RuntimeError("no receptacle to visit")
+
+    dest = next((r for r in receptacles if goal.dest and _kind(r) == goal.dest), None)
+    if held is None:
+        if here is not None and here != dest:
+            for item in _ITEM.findall(observation.split("you see", 1)[1] if "you see" in observation else ""):
+                if _kind(item) == goal.obj and f"take {item} from {here}" in allowed:
+                    return f"take {item} from {here}"
+        return visit_next(open_closed=True)
+    if goal.family == "look_at_obj_in_light":
+        for command in admissible:
+            if command.startswith("use ") and _kind(command[len("use "):]) == goal.lamp:
+                return command
+        return visit_next(open_closed=False)
+    if dest is None:
+        raise RuntimeError(f"no {goal.dest} among the receptacles")
+    if here != dest and goal.family in SEARCH_APPLIANCE:
+        appliance_kind, verb = SEARCH_APPLIANCE[goal.family]
+        if not re.match(rf"You {verb} the ", observation):
+            for command in admissible:
+                tool = command.rsplit(" with ", 1)[-1]
+                if command.startswith(f"{verb} {held} with ") and _kind(tool) == appliance_kind:
+                    return command
+            appliance = next((r for r in receptacles if _kind(r) == appliance_kind), None)
+            if appliance is None:
+                raise RuntimeError(f"no {appliance_kind} among the receptacles")
+            return visit(appliance)
+    if here == dest:
+        if f"move {held} to {dest}" in allowed:
+            return f"move {held} to {dest}"
+        if f"open {dest}" in allowed:
+            return f"open {dest}"
+    return visit(dest)
+
+
+class SearchExpert:
+    """The searching expert for one episode: ``act(observation, admissible)`` after each step."""
+
+    def __init__(self, first_observation: str, task: str | None = None):
+        self.receptacles = listed_receptacles(first_observation)
+        self.goal = parse_goal(task if task is not None else first_observation.rsplit("\n", 1)[-1])
+
+    def act(self, observation: str, admissible: list[str]) -> str:
+        return search_action(self.goal, self.receptacles, observation, admissible)
+
+
+def play_search_expert(engine_env, max_steps: int = 50) -> tuple[list[str], bool]:
+    """Play the searching expert from reset in an engine env (:func:`load_engine_env`).
+
+    Returns the commands it issued and whether it won within ``max_steps``.
+    """
+    state = engine_env.reset()
+    first = state.feedback
+    expert = SearchExpert(first, next(line for line in first.splitlines() if line.startswith("Your task is to: ")))
+    observation, actions = first, []
+    while len(actions) < max_steps:
+        action = expert.act(observation, list(state["admissible_commands"]))
+        actions.append(action)
+        state, _score, done = engine_env.step(action)
+        observation = state.feedback
+        if state["won"]:
+            return actions, True
+        if done:
+            break
+    return actions, False

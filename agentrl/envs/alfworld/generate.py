@@ -37,6 +37,8 @@ GENERATOR_VERSION = 1
 GRID = 0.25  # metres per navigation grid step (ALFRED's AGENT_STEP_SIZE)
 MAX_INSTANCES = 3  # at most this many instances of one object type (ALFRED's MAX_NUM_OF_OBJ_INSTANCES)
 INSTANCE_WEIGHTS = (0.7, 0.2, 0.1)
+# solver="search": the searching expert must win within this many steps (ALFWorld's episode limit)
+SEARCH_SOLVER_MAX_STEPS = 50
 # Lamps are not in VAL_RECEPTACLE_OBJECTS; in the THOR scenes they stand on these furniture types.
 LAMP_HOSTS = {
     "DeskLamp": ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTable"),
@@ -152,11 +154,34 @@ def pickupable_types() -> set[str]:
     return {t for t in placeable if not t.endswith("Sliced")}
 
 
-def scene_numbers(split: str) -> list[int]:
-    """Scenes of each split: the unseen scenes are held out of train and valid_seen."""
+# iTHOR numbers its scenes by room kind: FloorPlan1-30 kitchens, 201-230 living rooms,
+# 301-330 bedrooms, 401-430 bathrooms.
+ROOM_KINDS = ("kitchen", "livingroom", "bedroom", "bathroom")
+
+
+def room_kind(scene_number: int) -> str:
+    """``kitchen``, ``livingroom``, ``bedroom`` or ``bathroom`` for an iTHOR scene number."""
+    kind = {0: "kitchen", 2: "livingroom", 3: "bedroom", 4: "bathroom"}.get(scene_number // 100)
+    if kind is None:
+        raise ValueError(f"no iTHOR room kind for scene {scene_number}")
+    return kind
+
+
+def scene_numbers(split: str, rooms: tuple[str, ...] | None = None) -> list[int]:
+    """Scenes of each split: the unseen scenes are held out of train and valid_seen.
+
+    ``rooms`` keeps only scenes of those room kinds (:data:`ROOM_KINDS`).
+    """
     if split == "valid_unseen":
-        return list(VALID_UNSEEN_SCENES)
-    return [n for n in _constants().TRAIN_SCENE_NUMBERS if n not in VALID_UNSEEN_SCENES]
+        scenes = list(VALID_UNSEEN_SCENES)
+    else:
+        scenes = [n for n in _constants().TRAIN_SCENE_NUMBERS if n not in VALID_UNSEEN_SCENES]
+    if rooms is not None:
+        unknown = set(rooms) - set(ROOM_KINDS)
+        if unknown:
+            raise ValueError(f"unknown room kinds {sorted(unknown)}; choose from {ROOM_KINDS}")
+        scenes = [n for n in scenes if room_kind(n) in rooms]
+    return scenes
 
 
 # ----- task sampling -----------------------------------------------------------------------------
@@ -306,11 +331,17 @@ def solve_game(gamedata: dict, task_type: str, params: dict, solver: str = "expe
     ``solver="expert"`` plans with :mod:`agentrl.envs.alfworld.expert` (fast); ``"planner"`` asks
     the engine's Fast Downward planner (minutes on large scenes). Either way the plan is replayed
     command by command, each one checked against the admissible list, and must end in a win.
+    ``solver="search"`` plays the searching expert (:func:`~agentrl.envs.alfworld.expert.search_action`,
+    no hidden information) in the engine and keeps its commands if it wins within
+    ``SEARCH_SOLVER_MAX_STEPS`` steps.
     """
     from agentrl.envs.alfworld.engine import load_engine_env
-    from agentrl.envs.alfworld.expert import expert_plan
+    from agentrl.envs.alfworld.expert import expert_plan, play_search_expert
 
     env = load_engine_env(gamedata, policy_commands=(solver == "planner"))
+    if solver == "search":
+        actions, won = play_search_expert(env, SEARCH_SOLVER_MAX_STEPS)
+        return actions if won else None
     state = env.reset()
     if solver == "planner":
         plan = list(state.get("policy_commands") or [])
@@ -325,10 +356,20 @@ def solve_game(gamedata: dict, task_type: str, params: dict, solver: str = "expe
     return plan if state["won"] else None
 
 
-def generate_game(seed: int, split: str, index: int, solver: str = "expert", max_tries: int = 20) -> dict:
-    """Game ``index`` of ``split``: traj data, game file content and its directory names."""
-    task_type = TASK_TYPES[index % len(TASK_TYPES)]
-    scenes = scene_numbers(split)
+def generate_game(seed: int, split: str, index: int, solver: str = "expert", max_tries: int = 20,
+                  task_types: tuple[str, ...] | None = None, rooms: tuple[str, ...] | None = None) -> dict:
+    """Game ``index`` of ``split``: traj data, game file content and its directory names.
+
+    ``task_types`` (default: all six) are dealt round-robin over the indices; ``rooms`` restricts
+    the scenes to those room kinds. With both left at None the games are the default set's.
+    """
+    task_types = tuple(task_types) if task_types else TASK_TYPES
+    if set(task_types) - set(TASK_TYPES):
+        raise ValueError(f"unknown task types {sorted(set(task_types) - set(TASK_TYPES))}; choose from {TASK_TYPES}")
+    task_type = task_types[index % len(task_types)]
+    scenes = scene_numbers(split, tuple(rooms) if rooms else None)
+    if not scenes:
+        raise ValueError(f"no {split} scenes of room kinds {rooms}")
     for attempt in range(max_tries):
         rng = random.Random(f"agentrl-alfworld-{GENERATOR_VERSION}-{seed}-{split}-{index}-{attempt}")
         scene = load_scene(rng.choice(scenes))
@@ -360,8 +401,9 @@ def generate_game(seed: int, split: str, index: int, solver: str = "expert", max
                        f"after {max_tries} attempts")
 
 
-def _generate_and_write(out: str, seed: int, split: str, index: int, solver: str) -> str:
-    game = generate_game(seed, split, index, solver)
+def _generate_and_write(out: str, seed: int, split: str, index: int, solver: str,
+                        task_types: tuple[str, ...] | None = None, rooms: tuple[str, ...] | None = None) -> str:
+    game = generate_game(seed, split, index, solver, task_types=task_types, rooms=rooms)
     trial = os.path.join(out, DATA_SUBDIR, split, game["task_dir"], game["trial_dir"])
     os.makedirs(trial, exist_ok=True)
     with open(os.path.join(trial, TRAJ_FILE), "w") as f:
@@ -372,15 +414,17 @@ def _generate_and_write(out: str, seed: int, split: str, index: int, solver: str
 
 
 def generate_dataset(out: str, counts: dict[str, int], seed: int = 0, workers: int | None = None,
-                     solver: str = "expert") -> list[str]:
+                     solver: str = "expert", task_types: tuple[str, ...] | None = None,
+                     rooms: tuple[str, ...] | None = None) -> list[str]:
     """Write ``counts[split]`` games per split under ``out`` in the official layout.
 
     Work is spread over ``workers`` processes (default: all cores); results do not depend on it.
+    ``task_types`` and ``rooms`` restrict the families and room kinds (see :func:`generate_game`).
     """
     jobs = [(split, i) for split in SPLITS for i in range(counts.get(split, 0))]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
     if workers == 1:
-        return [_generate_and_write(out, seed, s, i, solver) for s, i in jobs]
+        return [_generate_and_write(out, seed, s, i, solver, task_types, rooms) for s, i in jobs]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_generate_and_write, out, seed, s, i, solver) for s, i in jobs]
+        futures = [pool.submit(_generate_and_write, out, seed, s, i, solver, task_types, rooms) for s, i in jobs]
         return [f.result() for f in futures]
