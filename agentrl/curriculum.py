@@ -23,34 +23,26 @@ checkpoint, so a resumed run draws the tasks the killed run would have drawn.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 import random
 from collections import defaultdict
 from typing import Any, Iterable
 
 from agentrl.envs.base import TaskRef
+from agentrl.run_state import TaskSchedule
 
 MASTERED, UNSOLVED, LEARNING = "mastered", "unsolved", "learning"
 
 
-@functools.lru_cache(maxsize=8)
-def _goals(env_name: str, kwargs_json: str, split: str) -> tuple[str, ...] | None:
-    from agentrl.envs import make_env
-
-    goals = make_env(env_name, **json.loads(kwargs_json)).task_goals(split)
-    return None if goals is None else tuple(goals)
-
-
 def split_goals(env_cfg, split: str, size: int) -> tuple[str, ...]:
-    """The goal of every task of ``split``; a task is its own goal when the env does not say."""
-    goals = _goals(env_cfg.name, json.dumps(dict(env_cfg.kwargs), sort_keys=True), split)
+    """The goal of every task of ``split``; a task is its own goal when the env does not say.
+    Asks the instance the task schedule already built for the split sizes."""
+    goals = TaskSchedule.env_for(env_cfg).task_goals(split)
     if goals is None:
         return tuple(f"{split}/{index}" for index in range(size))
     if len(goals) != size:
         raise ValueError(f"{env_cfg.name}.task_goals({split!r}) gave {len(goals)} goals for {size} tasks")
-    return goals
+    return tuple(goals)
 
 
 class PrioritizedSchedule:
@@ -65,8 +57,6 @@ class PrioritizedSchedule:
 
     @classmethod
     def for_config(cls, cfg, state: dict[str, Any] | None = None) -> "PrioritizedSchedule":
-        from agentrl.run_state import TaskSchedule
-
         uniform = TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
         goals = split_goals(cfg.env, uniform.split, uniform.size)
         return cls(uniform.split, goals, cfg.env.tasks_per_iteration, cfg.trainer.seed, cfg.trainer.curriculum, state)

@@ -146,12 +146,18 @@ class TaskSchedule:
 
     @staticmethod
     @functools.lru_cache(maxsize=8)
-    def _sizes(env_name: str, kwargs_json: str) -> dict[str, int]:
-        return dict(make_env(env_name, **json.loads(kwargs_json)).split_sizes())
+    def _env(env_name: str, kwargs_json: str):
+        return make_env(env_name, **json.loads(kwargs_json))
+
+    @classmethod
+    def env_for(cls, env_cfg):
+        """One environment instance per (name, kwargs), built once per process, for what the
+        schedule asks about splits (sizes, goals); it is never reset."""
+        return cls._env(env_cfg.name, json.dumps(dict(env_cfg.kwargs), sort_keys=True))
 
     @classmethod
     def split_sizes(cls, env_cfg) -> dict[str, int]:
-        return cls._sizes(env_cfg.name, json.dumps(dict(env_cfg.kwargs), sort_keys=True))
+        return dict(cls.env_for(env_cfg).split_sizes())
 
     @classmethod
     def for_split(cls, env_cfg, seed: int) -> "TaskSchedule":

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from agentrl.config import Config, config_to_dict
+from agentrl.curriculum import PrioritizedSchedule
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
 from agentrl.rollout.engine import EnvFailureLimitError
@@ -100,8 +101,6 @@ def task_schedule(cfg: Config, saved: dict[str, Any] | None = None):
     """The iteration -> tasks schedule: seeded epochs over the split, or the prioritized curriculum
     (:mod:`agentrl.curriculum`) continued from its saved state."""
     if cfg.trainer.curriculum.mode == "prioritized":
-        from agentrl.curriculum import PrioritizedSchedule
-
         return PrioritizedSchedule.for_config(cfg, saved)
     return TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
 

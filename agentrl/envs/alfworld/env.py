@@ -21,24 +21,15 @@ import json
 import os
 from typing import Any
 
-from agentrl.envs.alfworld.tasks import SPLITS, TASK_TYPE_SHORT_NAMES, TRAJ_FILE, list_split_games
+from agentrl.envs.alfworld.tasks import SPLITS, TASK_TYPE_SHORT_NAMES, TRAJ_FILE, list_split_games, task_line
 from agentrl.envs.base import TaskRef, TextEnv
 
 BANNER = "-= Welcome to TextWorld, ALFRED! =-\n\n"
-TASK_PREFIX = "Your task is to: "
 
 
 @functools.lru_cache(maxsize=16)
 def _split_listing(root: str, split: str) -> tuple[str, ...]:
     return tuple(list_split_games(root, split))
-
-
-def task_line(intro: str) -> str:
-    """The ``Your task is to: ...`` line of an initial observation."""
-    for line in intro.splitlines():
-        if line.startswith(TASK_PREFIX):
-            return line.strip()
-    return ""
 
 
 class ALFWorldEnv(TextEnv):

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
+from agentrl.envs.alfworld.tasks import TASK_PREFIX, task_line
+
 APPLIANCE = {
     "pick_clean_then_place_in_recep": ("SinkBasin", "clean"),
     "pick_heat_then_place_in_recep": ("Microwave", "heat"),
@@ -201,7 +203,7 @@ class SearchGoal:
 def parse_goal(task: str) -> SearchGoal:
     """The goal of a task line (``Your task is to: put some mug on desk.``, prefix optional)."""
     text = task.strip()
-    text = text[len("Your task is to: "):] if text.startswith("Your task is to: ") else text
+    text = text[len(TASK_PREFIX):] if text.startswith(TASK_PREFIX) else text
     text = text.rstrip(".").strip().lower()
     for family, pattern in SEARCH_GOALS:
         m = re.fullmatch(pattern, text)
@@ -321,7 +323,7 @@ class SearchExpert:
 
     def __init__(self, first_observation: str, task: str | None = None):
         self.receptacles = listed_receptacles(first_observation)
-        self.goal = parse_goal(task if task is not None else first_observation.rsplit("\n", 1)[-1])
+        self.goal = parse_goal(task if task is not None else task_line(first_observation))
 
     def act(self, observation: str, admissible: list[str]) -> str:
         return search_action(self.goal, self.receptacles, observation, admissible)
@@ -334,7 +336,7 @@ def play_search_expert(engine_env, max_steps: int = 50) -> tuple[list[str], bool
     """
     state = engine_env.reset()
     first = state.feedback
-    expert = SearchExpert(first, next(line for line in first.splitlines() if line.startswith("Your task is to: ")))
+    expert = SearchExpert(first, task_line(first))
     observation, actions = first, []
     while len(actions) < max_steps:
         action = expert.act(observation, list(state["admissible_commands"]))

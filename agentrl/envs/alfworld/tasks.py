@@ -44,6 +44,17 @@ TRAJ_FILE = "traj_data.json"
 VALID_UNSEEN_SCENES = (10, 219, 308, 424)
 
 
+TASK_PREFIX = "Your task is to: "
+
+
+def task_line(intro: str) -> str:
+    """The ``Your task is to: ...`` line of an initial observation ("" when there is none)."""
+    for line in intro.splitlines():
+        if line.startswith(TASK_PREFIX):
+            return line.strip()
+    return ""
+
+
 def short_task_type(task_type: str) -> str:
     """``pick_two_obj_and_place`` -> ``Pick2`` (the papers' column names)."""
     return TASK_TYPE_SHORT_NAMES[task_type]
