@@ -3,10 +3,11 @@
     starting policy (tiny: tokenizer + model + SFT warm start)
     for each iteration:
         rollout      tasks x G episodes through the env servers          -> StepBatch
-        learner pass old log-probs, reference log-probs, hidden states   (one forward pass)
+                     (BiPACE: the torch backend's prefill also records each prompt's hidden state)
         estimate     advantages with the configured estimator            (pure function)
-                     (BiPACE needs the pass's hidden states, so its pass comes first, over all
-                     rows; for the others the pass follows, over the rows the update trains on)
+        learner pass old log-probs, reference log-probs                  (one forward pass over
+                     the rows the update trains on; when the backend recorded no hidden states
+                     (vLLM), BiPACE's pass runs before the estimator, over every row, and gives them)
         update       PPO epochs over mini-batches                         (DeepSpeed ZeRO)
         sync         new weights into the rollout workers
         log / validate / checkpoint
@@ -44,6 +45,11 @@ def start_ray(cfg: Config) -> None:
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
         ray.init(num_cpus=max(os.cpu_count() or 1, needed), include_dashboard=False, log_to_driver=False)
+
+
+def rollout_hidden_layer(cfg: Config) -> int | None:
+    """The hidden-state layer the rollout records (BiPACE's ``algorithm.bipace.hidden_layer``), or None."""
+    return cfg.algorithm.bipace.hidden_layer if cfg.algorithm.estimator == "bipace" else None
 
 
 def estimator_params(cfg: Config) -> dict[str, Any]:
@@ -144,7 +150,7 @@ class Trainer:
         self.rollout = RolloutWorkerGroup(model_dir, self.cfg.rollout, self.cfg.env, device=device,
                                           env_url=self.cfg.env.server_url,
                                           dtype=self.cfg.model.dtype if device == "cuda" else "float32",
-                                          num_gpus_per_worker=gpus_per_worker)
+                                          num_gpus_per_worker=gpus_per_worker, hidden_layer=rollout_hidden_layer(self.cfg))
 
     def learner_device(self) -> str:
         from agentrl.learner.engine import resolve_device
@@ -196,11 +202,12 @@ class Trainer:
         times["time/rollout_s"] = time.perf_counter() - t
         schedule.record(result.episodes)    # the prioritized curriculum's outcomes per goal
 
-        # BiPACE clusters the actor's hidden states, so its learner pass runs before the estimator,
-        # over every row; the other estimators read only rewards and ids, so the pass runs after
-        # them, over the rows the update trains on (with skip_zero_advantage, often half or fewer)
+        # BiPACE clusters the actor's hidden states: the torch backend records them in its prefill;
+        # when the rollout brought none (vLLM) the learner pass runs before the estimator, over every
+        # row. Otherwise the pass runs after the estimator, over the rows the update trains on (with
+        # skip_zero_advantage, often half or fewer)
         estimator, batch = cfg.algorithm.estimator, result.batch
-        pass_first = estimator == "bipace"
+        pass_first = estimator == "bipace" and batch.hidden is None
         times["time/learner_pass_s"] = 0.0
         if pass_first:
             t = time.perf_counter()

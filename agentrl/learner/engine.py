@@ -24,7 +24,7 @@ from agentrl.estimators import uses_action_level_ratio
 from agentrl.learner import distributed
 from agentrl.learner.losses import (ADDITIVE_METRICS, LossSettings, entropy_from_logits, inputs_finite,
                                     loss_denominator, policy_loss)
-from agentrl.learner.hidden_capture import LastPromptCapture
+from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions)
 from agentrl.models.loading import load_model, load_tokenizer
@@ -160,12 +160,7 @@ class Learner:
         return self.engine.device
 
     def _hidden_index(self) -> int:
-        layer = self.cfg.algorithm.bipace.hidden_layer
-        if not -(self.num_layers + 1) <= layer <= self.num_layers:
-            raise ValueError(f"algorithm.bipace.hidden_layer={layer} is outside the model's hidden states "
-                             f"(-{self.num_layers + 1}..{self.num_layers}; 0 = embeddings, "
-                             f"{self.num_layers} = last decoder layer)")
-        return layer
+        return check_hidden_index(self.cfg.algorithm.bipace.hidden_layer, self.num_layers)
 
     # ---------------------------------------------------------------------------------- forward
     def _forward(self, model, packed: PackedSequences):

@@ -8,7 +8,8 @@ One call of :meth:`RolloutEngine.run`::
         responses = backend.generate([prompt_i for active i], sampling)      # one batch
         action_i  = parse_response(response_i)       (<think> required when enable_thinking)
         env.step(action_i) for all active i          (one batched call to the env client)
-        record (prompt, response, logprobs, anchor_obs = obs_i, action, reward, done, ...)
+        record (prompt, response, logprobs, anchor_obs = obs_i, action, reward, done, ...,
+                hidden when the backend records it: backend.record_hidden)
     number each group's distinct observations (StepBatch.anchor_key)
         finished envs leave the batch
 
@@ -348,6 +349,7 @@ class RolloutEngine:
                     "response_ids": gen.token_ids, "response_mask": [1.0] * len(gen.token_ids),
                     "rollout_logprobs": gen.logprobs, "reward": reward, "done": done, "anchor_obs": obs[i],
                     "action": p.action if p.valid else "", "action_valid": p.valid, "task_type": task_type[i],
+                    "hidden": gen.hidden,   # None unless the backend records hidden states (BiPACE)
                 })
                 won[i] = won_now
                 returns[i] += reward

@@ -16,6 +16,8 @@ the group (GiGPO and BiPACE also compare its steps with the sampled ones at shar
 
 What differs from a sampled episode, and why:
 
+* Its hidden state (BiPACE) comes from the backend's ``prompt_hidden``, a prefill of the guided
+  prompts, when the backend records hidden states; otherwise the learner's pass computes it.
 * ``rollout_logprobs`` are 0: nothing sampled these tokens. Nothing downstream reads them; the
   learner's log-prob pass scores every row under the current policy (the PPO ratio starts at 1),
   so the clipped update limits how far one iteration moves toward the expert.
@@ -110,11 +112,12 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
         texts = [engine.prompt_text(task_text[i], obs[i], history[i], info[i].get("admissible_actions") or [])
                  for i in active]
         prompts, _ = engine.encode_prompts(texts)
+        hidden = engine.backend.prompt_hidden(prompts)     # None unless the backend records states
         responses = [expert_response(engine.env_name, plans[i][step], cfg.enable_thinking) for i in active]
         parsed = [parse_response(r, engine.env_name, require_think=cfg.enable_thinking) for r in responses]
         results = engine.step_instances([(ids[i], p.action) for i, p in zip(active, parsed)])
         still_active = []
-        for i, prompt, response, p, res in zip(active, prompts, responses, parsed, results):
+        for j, (i, prompt, response, p, res) in enumerate(zip(active, prompts, responses, parsed, results)):
             tokens = engine.tokenizer(response, add_special_tokens=False)["input_ids"] + [stop]
             usable[i] = usable[i] and res.ok and len(tokens) <= cfg.max_response_tokens
             won_now = bool(res.info.get("won", False))
@@ -127,6 +130,7 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
                 "rollout_logprobs": [0.0] * len(tokens), "reward": reward, "done": done, "anchor_obs": obs[i],
                 "action": p.action if p.valid else "", "action_valid": p.valid,
                 "task_type": str(info[i].get("task_type", "")),
+                "hidden": hidden[j] if hidden is not None else None,
             })
             won[i] = won[i] or won_now
             history[i].add(obs[i], p.action)

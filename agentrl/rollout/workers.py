@@ -47,7 +47,7 @@ class RolloutWorker:
 
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, env_source: Any, instance_ids: Sequence[int], *,
                  backend: str = "torch", device: str = "cpu", dtype: str = "float32", seed: int = 0,
-                 torch_threads: int | None = None, stop_strings: Sequence[str] = ()):
+                 torch_threads: int | None = None, stop_strings: Sequence[str] = (), hidden_layer: int | None = None):
         from agentrl.envs.server import EnvClient
         from agentrl.models import load_tokenizer, resolve_dtype
         from agentrl.rollout.backends import make_backend
@@ -58,6 +58,9 @@ class RolloutWorker:
         self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
                                     max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
                                     seed=seed, vllm_cfg=rollout_cfg.vllm)
+        # BiPACE: the prefill records each prompt's hidden state (a backend that cannot leaves it
+        # to the learner's pass)
+        self.records_hidden = hidden_layer is not None and self.backend.record_hidden(hidden_layer)
         if isinstance(env_source, str):
             self.client = EnvClient.http(env_source, timeout=env_cfg.step_timeout_s)
         else:
@@ -101,7 +104,7 @@ class RolloutWorkerGroup:
                  env_url: str | None = None, env_actors: Sequence[Any] | None = None, backend: str | None = None,
                  device: str = "cpu", dtype: str = "float32", worker_num_cpus: float = 1.0,
                  env_num_cpus: float = 1.0, num_gpus_per_worker: float = 0.0, torch_threads: int | None = 1,
-                 stop_strings: Sequence[str] = ()):
+                 stop_strings: Sequence[str] = (), hidden_layer: int | None = None):
         import ray
 
         from agentrl.envs.server.ray_pool import launch_ray_shards
@@ -130,7 +133,8 @@ class RolloutWorkerGroup:
         actor_class = ray.remote(RolloutWorker).options(num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker)
         self.workers = [actor_class.remote(model_dir, rollout_cfg, env_cfg, env_source, list(range(lo, hi)),
                                            backend=backend or rollout_cfg.backend, device=device, dtype=dtype,
-                                           seed=i, torch_threads=torch_threads, stop_strings=stop_strings)
+                                           seed=i, torch_threads=torch_threads, stop_strings=stop_strings,
+                                           hidden_layer=hidden_layer)
                         for i, (lo, hi) in enumerate(self.instance_ranges)]
         ray.get([w.ready.remote() for w in self.workers])
 

@@ -1,6 +1,6 @@
 """One `Trainer.iteration` with the real learner on a recorded rollout: which rows the learner's
-log-prob pass scores (all of them for BiPACE, whose estimator reads their hidden states; only the
-rows the update trains on for the others)."""
+log-prob pass scores (only the rows the update trains on, unless the estimator is BiPACE and the
+rollout brought no hidden states: then all of them, before the estimator, with hidden states)."""
 
 import pytest
 import torch
@@ -59,9 +59,10 @@ def recorded_rollout() -> RolloutResult:
     return RolloutResult(batch=StepBatch.from_records(records, pad_id=1), episodes=outcomes)
 
 
-@pytest.mark.parametrize("estimator, rows_scored, with_hidden", [("grpo", 3, False), ("bipace", 7, True)])
-def test_learner_pass_scores_the_trained_rows_unless_the_estimator_reads_hidden_states(
-        tmp_path, estimator, rows_scored, with_hidden):
+@pytest.mark.parametrize("estimator, recorded_hidden, rows_scored, with_hidden", [
+    ("grpo", False, 3, False), ("bipace", False, 7, True), ("bipace", True, 3, False)])
+def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
+        tmp_path, estimator, recorded_hidden, rows_scored, with_hidden):
     cfg = learner_config(skip_zero_advantage=True, mini_batch_size=8)
     cfg.algorithm.estimator = estimator
     cfg.algorithm.grpo.norm_by_std = False
@@ -70,12 +71,17 @@ def test_learner_pass_scores_the_trained_rows_unless_the_estimator_reads_hidden_
     cfg.logging.tensorboard, cfg.logging.progress_bar, cfg.logging.wandb.mode = False, False, "disabled"
     trainer = Trainer(cfg, "unit")
     try:
-        trainer.learner = CountingLearner(Learner(cfg, write_tiny_model(tmp_path / "model")))
-        trainer.rollout = RecordedRollout(recorded_rollout())
+        learner = Learner(cfg, write_tiny_model(tmp_path / "model"))
+        rollout = recorded_rollout()
+        if recorded_hidden:     # what the torch backend's prefill records (tests/rollout/test_torch_backend.py)
+            hidden = learner.compute_logprobs(rollout.batch, with_hidden=True).hidden
+            rollout.batch = rollout.batch.with_columns(hidden=hidden)
+        trainer.learner = CountingLearner(learner)
+        trainer.rollout = RecordedRollout(rollout)
         metrics = trainer.iteration(1, TaskSchedule("train", 2, 2, seed=0), BiGPOState())
     finally:
         trainer.tracker.close()
     assert trainer.learner.passes == [(rows_scored, with_hidden)]
     assert metrics["learner/optimizer_steps"] == 1.0 and metrics["time/learner_pass_s"] > 0
-    if estimator == "grpo":     # group 1's three rows: the all-failed group 0 is left out before the pass
+    if rows_scored == 3:        # group 1's three rows: the all-failed group 0 is left out before the pass
         assert metrics["learner/trained_row_fraction"] == pytest.approx(3 / 7)

@@ -152,3 +152,28 @@ def test_a_failing_expert_solver_drops_the_guidance_not_the_rollout(tiny_tokeniz
     result = engine.run(TASKS, group_size=2, expert_guidance=True)
     assert len(result.episodes) == 4 and (result.batch.traj_id < GUIDED_TRAJ_ID_BASE).all()
     assert result.stats["guided_groups"] == 2 and result.stats["guided_dropped"] == 2
+
+
+def test_recorded_hidden_states_cover_sampled_and_guided_rows(tiny_model_dir, tiny_tokenizer):
+    """With the torch backend recording hidden states (BiPACE), every row of the batch, the
+    expert's guided rows included, carries HF's hidden state at its prompt's last token."""
+    from agentrl.models import load_model
+    from agentrl.rollout.backends import TorchBackend
+
+    env_cfg = env_config(max_steps=15)
+    backend = TorchBackend.from_pretrained(tiny_model_dir)
+    engine = _engine(backend, tiny_tokenizer, env_cfg,
+                     _rollout_config(max_prompt_tokens=512, prompt_truncation="left"))
+    assert engine.run(TASKS, group_size=2, seed=1, expert_guidance=True).batch.hidden is None
+    assert backend.record_hidden(1)
+    result = engine.run(TASKS, group_size=2, seed=1, expert_guidance=True)
+    batch = result.batch
+    guided = batch.traj_id >= GUIDED_TRAJ_ID_BASE
+    assert guided.any() and (~guided).any(), {k: v for k, v in result.stats.items() if "guid" in k}   # the random model never wins: both groups guided
+    assert batch.hidden is not None and batch.hidden.shape == (len(batch), backend.model.config.hidden_size)
+    model = load_model(tiny_model_dir)
+    with torch.no_grad():
+        for row in range(len(batch)):
+            prompt = batch.prompt_ids[row, :int(batch.prompt_lengths[row])]
+            expected = model(prompt[None], output_hidden_states=True).hidden_states[1][0, -1]
+            assert torch.allclose(batch.hidden[row], expected, atol=1e-5), row

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from agentrl.models import build_tiny_model, load_model, stop_token_ids
@@ -192,3 +193,42 @@ def test_shared_prefix_with_remainders_of_different_lengths_equals_hf(tiny_model
                              pad_token_id=tiny_tokenizer.pad_token_id)[0, len(prompt):].tolist()
         assert gen.token_ids == ref
         assert torch.allclose(_reference_logprobs(model, prompt, gen.token_ids), torch.tensor(gen.logprobs), atol=1e-5)
+
+
+def _reference_hidden(model, prompt, index):
+    with torch.no_grad():
+        return model(torch.tensor([prompt]), output_hidden_states=True).hidden_states[index][0, -1].float()
+
+
+def test_recorded_hidden_states_equal_hf_hidden_states_at_each_prompts_last_token(tiny_model_dir, tiny_tokenizer):
+    """Shared-prefix clusters, right-padded chunks of different lengths, the embedding layer and
+    the final norm: every prompt's recorded state is HF's hidden_states[index] at its last token."""
+    model = load_model(tiny_model_dir)
+    common = tiny_tokenizer(TEXTS[0])["input_ids"]
+    alone = [tiny_tokenizer(t)["input_ids"] for t in TEXTS[1:] + ["Inventory: [oak planks] (4)"]]
+    prompts = [common + alone[0], alone[1], common + alone[2][:3], alone[0], common]
+    layers = model.config.num_hidden_layers
+    for share, chunk in ((True, 1024), (False, 1), (False, 10_000)):
+        backend = TorchBackend(model, tiny_tokenizer, share_prefixes=share, min_shared_tokens=4,
+                               prefill_chunk_tokens=chunk)
+        assert backend.generate(prompts, SamplingParams(max_tokens=3, temperature=0.0))[0].hidden is None
+        for index in (0, 1, -1, layers):
+            assert backend.record_hidden(index)
+            out = backend.generate(prompts, SamplingParams(max_tokens=3, temperature=0.7, seed=3))
+            direct = backend.prompt_hidden(prompts)
+            for row, (prompt, gen) in enumerate(zip(prompts, out)):
+                expected = _reference_hidden(model, prompt, index)
+                assert gen.hidden.shape == (model.config.hidden_size,) and gen.hidden.dtype == torch.float32
+                assert torch.allclose(gen.hidden, expected, atol=1e-5), (share, chunk, index, row)
+                assert torch.allclose(direct[row], expected, atol=1e-5)
+        backend.record_hidden(None)
+        assert backend.generate(prompts[:1], SamplingParams(max_tokens=2))[0].hidden is None
+        assert backend.prompt_hidden(prompts) is None
+
+
+def test_record_hidden_rejects_a_layer_the_model_does_not_have(tiny_model_dir):
+    backend = TorchBackend.from_pretrained(tiny_model_dir)
+    layers = backend.model.config.num_hidden_layers
+    with pytest.raises(ValueError, match=rf"algorithm.bipace.hidden_layer={layers + 1} .*-{layers + 1}\.\.{layers}"):
+        backend.record_hidden(layers + 1)
+    assert backend.hidden_index is None

@@ -61,7 +61,8 @@ def test_other_envs_roll_out_through_ray(ray_cluster, tiny_model_dir, tiny_token
 
 def test_expert_guidance_through_workers(ray_cluster, tiny_model_dir):
     # a random model never wins, so both groups (one per worker) get the expert's episode, played on
-    # that worker's pool instances; trajectory ids stay unique across the workers
+    # that worker's pool instances; trajectory ids stay unique across the workers. The workers
+    # record BiPACE's hidden state (layer 1) for every row, the expert's included
     from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
 
     env_cfg = env_config("textcraft", max_steps=15, group_size=2, tasks_per_iteration=2)
@@ -69,7 +70,7 @@ def test_expert_guidance_through_workers(ray_cluster, tiny_model_dir):
                          enable_thinking=False)
     tasks = [TaskRef("depth2", 1), TaskRef("depth2", 2)]
     with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=2, worker_num_cpus=0.5,
-                            env_num_cpus=0.5) as group:
+                            env_num_cpus=0.5, hidden_layer=1) as group:
         result = group.run(tasks, group_size=2, seed=1, expert_guidance=True)
     assert [e.won for e in result.episodes] == [False] * 4 and len(result.episodes) == 4
     assert result.stats["guided_episodes"] == 2
@@ -79,3 +80,4 @@ def test_expert_guidance_through_workers(ray_cluster, tiny_model_dir):
     assert torch.equal(batch.group_id[guided], batch.traj_id[guided] - GUIDED_TRAJ_ID_BASE)
     assert bool(batch.success[guided].all()) and not batch.success[~guided].any()
     assert all(batch.action_valid[guided].tolist())
+    assert batch.hidden is not None and batch.hidden.shape[0] == len(batch) and bool(batch.hidden.isfinite().all())

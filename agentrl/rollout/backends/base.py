@@ -11,6 +11,12 @@ Log-probs are those of the distribution the token was sampled from *before* top-
 filtering: ``log_softmax(logits / temperature)`` (``temperature = 0`` and ``1`` both mean the raw
 logits). This is what verl records and what the learner recomputes (it divides its logits by the
 same temperature), so the importance ratio starts at exactly 1 up to numerics.
+
+Hidden states (optional): after ``record_hidden(index)`` returns True, every ``Generation`` also
+carries ``hidden``, the model's ``hidden_states[index]`` at the prompt's last token (the state
+BiPACE clusters), taken from the prefill the backend runs anyway, and ``prompt_hidden(prompts)``
+gives the same state for prompts it does not answer (expert-guided steps). A backend that cannot
+(vLLM) returns False and the learner's log-prob pass computes the states instead.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ class Generation:
     logprobs: list[float]
     finish_reason: str = "length"     # "stop" (stop token or stop string) or "length"
     text: str | None = field(default=None, repr=False)
+    hidden: torch.Tensor | None = field(default=None, repr=False)   # float32 [d], see record_hidden
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):
@@ -78,6 +85,16 @@ class GenerationBackend(abc.ABC):
     @abc.abstractmethod
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Replace the model's weights in place (names as in the Hugging Face ``state_dict``)."""
+
+    def record_hidden(self, index: int | None) -> bool:
+        """Record ``hidden_states[index]`` at each prompt's last token in ``Generation.hidden``
+        (``None`` stops recording). False when this backend cannot; then nothing is recorded."""
+        return False
+
+    def prompt_hidden(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor | None:
+        """float32 ``[len(prompt_ids), d]``: the recorded hidden state of prompts that are not
+        answered (None when :meth:`record_hidden` is off or unsupported)."""
+        return None
 
     def stats(self) -> dict[str, float]:
         """Counters since construction (tokens prefilled/generated, calls); backends may add more."""

@@ -30,10 +30,17 @@ same distribution as ``torch.multinomial``, ~15x cheaper on CPU, but not the sam
 tokens sampled for a given seed changed when it replaced ``multinomial``.) Log-probs come from the
 same logits the sampler used: ``log_softmax(logits / T)`` of the sampled token, before top-k/top-p
 filtering (verl's convention; see :mod:`agentrl.rollout.backends.base`).
+
+Hidden states (:meth:`TorchBackend.record_hidden`, on when the estimator is BiPACE): a forward
+hook on the configured layer keeps ``[rows, d]`` at each row's last prompt token during the
+prefill's last forward for that row (the one that reads its logits), so ``Generation.hidden``
+costs no extra pass; it matches the learner's log-prob pass on the same weights up to float
+rounding (tests/rollout/test_torch_backend.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Mapping, Sequence
 
@@ -41,6 +48,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
 
 
@@ -200,6 +208,7 @@ class TorchBackend(GenerationBackend):
         if prefill_chunk_tokens is None:
             prefill_chunk_tokens = 1024 if self.device.type == "cpu" else 32768
         self.prefill_chunk_tokens = int(prefill_chunk_tokens)
+        self.hidden_index: int | None = None      # record_hidden
         self._counters = {"calls": 0, "prompts": 0, "prefill_tokens": 0, "prefill_tokens_saved": 0,
                           "generated_tokens": 0, "forward_passes": 0, "seconds": 0.0}
 
@@ -230,6 +239,21 @@ class TorchBackend(GenerationBackend):
                                  f"the model expects {tuple(own[name].shape)}")
             own[name].copy_(value.to(own[name].device, own[name].dtype))
 
+    # ----- hidden states -------------------------------------------------------------------------
+    def record_hidden(self, index: int | None) -> bool:
+        if index is not None:
+            check_hidden_index(int(index), int(self.model.config.num_hidden_layers))
+        self.hidden_index = None if index is None else int(index)
+        return True
+
+    @torch.inference_mode()
+    def prompt_hidden(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor | None:
+        if self.hidden_index is None or not prompt_ids:
+            return None
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("every prompt needs at least one token")
+        return self._prefill([list(map(int, p)) for p in prompt_ids], spare=0)[4]
+
     # ----- generation ----------------------------------------------------------------------------
     def _forward(self, input_ids, attention_mask, position_ids, cache, logits_to_keep=1) -> torch.Tensor:
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -237,16 +261,24 @@ class TorchBackend(GenerationBackend):
         self._counters["forward_passes"] += 1
         return out.logits[:, -1, :] if isinstance(logits_to_keep, int) else out.logits
 
-    def _forward_right_padded(self, rows: list[list[int]], cache) -> torch.Tensor:
-        """Prefill right-padded ``rows`` on top of ``cache`` (no mask); logits at each row's last token."""
+    def _forward_right_padded(self, rows: list[list[int]], cache) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Prefill right-padded ``rows`` on top of ``cache`` (no mask): logits at each row's last
+        token, and the recorded hidden state there (None unless :meth:`record_hidden` is on)."""
         ids = _right_padded(rows, self.device)
-        if all(len(r) == ids.shape[1] for r in rows):
-            return self._forward(ids, None, None, cache)
         last = [len(r) - 1 for r in rows]
-        keep = sorted(set(last))
-        logits = self._forward(ids, None, None, cache, torch.as_tensor(keep, device=self.device))
-        column = torch.as_tensor([keep.index(i) for i in last], device=self.device)
-        return logits[torch.arange(len(rows), device=self.device), column]
+        capture = None
+        if self.hidden_index is not None:
+            capture = LastPromptCapture(self.model, self.hidden_index, int(self.model.config.num_hidden_layers),
+                                        torch.as_tensor(last, device=self.device))
+        with capture or contextlib.nullcontext():
+            if all(len(r) == ids.shape[1] for r in rows):
+                logits = self._forward(ids, None, None, cache)
+            else:
+                keep = sorted(set(last))
+                logits = self._forward(ids, None, None, cache, torch.as_tensor(keep, device=self.device))
+                column = torch.as_tensor([keep.index(i) for i in last], device=self.device)
+                logits = logits[torch.arange(len(rows), device=self.device), column]
+        return logits, (capture.states.float() if capture is not None else None)
 
     def _stop_strings_hit(self, tokens: list[int], stop_strings: Sequence[str], window: int) -> bool:
         text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
@@ -254,7 +286,8 @@ class TorchBackend(GenerationBackend):
 
     def _prefill(self, prompts: list[list[int]], spare: int):
         """KV cache (room for ``spare`` more positions), attention mask (None without padding),
-        next-token logits and next positions of a batch of prompts.
+        next-token logits, next positions and (with :meth:`record_hidden`) the hidden states at
+        the last prompt tokens of a batch of prompts.
 
         Shared-prefix clusters: the prefix alone, then the members' remainders on its cache;
         prompts of their own: in length-sorted chunks. Both right-padded without a mask. The
@@ -269,13 +302,13 @@ class TorchBackend(GenerationBackend):
         members: dict[int, list[int]] = {}
         for row, c in enumerate(source):
             members.setdefault(c, []).append(row)
-        blocks = []  # (rows, per-layer keys, per-layer values, logits): block row j is prompt rows[j]
+        blocks = []  # (rows, per-layer keys, per-layer values, logits, hidden): block row j is prompt rows[j]
         alone = sorted((rows[0] for rows in members.values() if len(rows) == 1), key=lambda i: (lengths[i], i))
         for chunk in length_chunks(alone, lengths, self.prefill_chunk_tokens):
             cache = DynamicCache()
-            logits = self._forward_right_padded([prompts[i] for i in chunk], cache)
+            logits, hidden = self._forward_right_padded([prompts[i] for i in chunk], cache)
             blocks.append((chunk, [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
-                           logits))
+                           logits, hidden))
         used = sum(lengths[i] for i in alone)
         for c, rows in members.items():
             if len(rows) == 1:
@@ -286,9 +319,9 @@ class TorchBackend(GenerationBackend):
                 self._forward(torch.as_tensor([prefix], dtype=torch.long, device=self.device), None, None, cache)
                 cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
             suffixes = [prompts[r][len(prefix):] for r in rows]
-            logits = self._forward_right_padded(suffixes, cache)
+            logits, hidden = self._forward_right_padded(suffixes, cache)
             blocks.append((rows, [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
-                           logits))
+                           logits, hidden))
             used += len(prefix) + sum(len(x) for x in suffixes)
         self._counters["prefill_tokens"] += used
         self._counters["prefill_tokens_saved"] += sum(lengths) - used
@@ -299,8 +332,11 @@ class TorchBackend(GenerationBackend):
         keys = [k0.new_zeros((n, k0.shape[1], width + spare, k0.shape[3])) for _ in range(num_layers)]
         values = [v0.new_zeros((n, v0.shape[1], width + spare, v0.shape[3])) for _ in range(num_layers)]
         logits = blocks[0][3].new_empty((n, blocks[0][3].shape[-1]))
-        for rows, block_keys, block_values, block_logits in blocks:
+        hidden = blocks[0][4].new_empty((n, blocks[0][4].shape[-1])) if blocks[0][4] is not None else None
+        for rows, block_keys, block_values, block_logits, block_hidden in blocks:
             logits[torch.as_tensor(rows, device=self.device)] = block_logits
+            if hidden is not None:
+                hidden[torch.as_tensor(rows, device=self.device)] = block_hidden
             by_length: dict[int, list[int]] = {}
             for j, row in enumerate(rows):
                 by_length.setdefault(lengths[row], []).append(j)
@@ -318,7 +354,7 @@ class TorchBackend(GenerationBackend):
             for row, length in enumerate(lengths):
                 mask[row, width - length:] = 1
         next_pos = torch.as_tensor(lengths, dtype=torch.long, device=self.device)
-        return cache, mask, logits, next_pos
+        return cache, mask, logits, next_pos, (hidden.cpu() if hidden is not None else None)
 
     @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
@@ -331,7 +367,7 @@ class TorchBackend(GenerationBackend):
         start = time.perf_counter()
         n = len(prompt_ids)
         prompts = [list(map(int, p)) for p in prompt_ids]
-        cache, mask, logits, next_pos = self._prefill(prompts, spare=max(0, sampling.max_tokens - 1))
+        cache, mask, logits, next_pos, hidden = self._prefill(prompts, spare=max(0, sampling.max_tokens - 1))
         # decode, dropping finished rows
         generator = None
         if not sampling.greedy:
@@ -372,7 +408,8 @@ class TorchBackend(GenerationBackend):
         self._counters["calls"] += 1
         self._counters["prompts"] += n
         self._counters["seconds"] += time.perf_counter() - start
-        return [Generation(out_tokens[i], out_logprobs[i], finish[i]) for i in range(n)]
+        return [Generation(out_tokens[i], out_logprobs[i], finish[i], hidden=hidden[i] if hidden is not None else None)
+                for i in range(n)]
 
     def stats(self) -> dict[str, float]:
         return dict(self._counters)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from agentrl.learner.hidden_capture import LastPromptCapture, hidden_state_module
+from agentrl.models.hidden_states import LastPromptCapture, hidden_state_module
 
 LAYERS = 3
 

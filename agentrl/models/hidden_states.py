@@ -7,11 +7,24 @@ after the final norm, negative values count from the end. Asking the model for
 the forward ends (for a 7B model and a micro-batch of 8 x 2,048 tokens, about 3.4 GB in bf16).
 :class:`LastPromptCapture` instead hooks the one module whose output is that entry and keeps only
 the rows' last prompt positions, ``[rows, hidden]``, as the forward passes through it.
+
+Both the learner's log-prob pass and the torch rollout backend's prefill use it: the rollout
+records the state of every prompt it answers, so BiPACE needs no learner pass over rows it does
+not train (:mod:`agentrl.trainer`).
 """
 
 from __future__ import annotations
 
 import torch
+
+
+def check_hidden_index(index: int, num_layers: int) -> int:
+    """``index`` if it names an entry of a ``num_layers``-layer model's ``hidden_states``, else a
+    ValueError naming the valid range."""
+    if not -(num_layers + 1) <= index <= num_layers:
+        raise ValueError(f"algorithm.bipace.hidden_layer={index} is outside the model's hidden states "
+                         f"(-{num_layers + 1}..{num_layers}; 0 = embeddings, {num_layers} = last decoder layer)")
+    return index
 
 
 def hidden_state_module(model: torch.nn.Module, index: int, num_layers: int) -> torch.nn.Module:
@@ -50,4 +63,4 @@ class LastPromptCapture:
         self._handle.remove()
 
 
-__all__ = ["LastPromptCapture", "hidden_state_module"]
+__all__ = ["LastPromptCapture", "check_hidden_index", "hidden_state_module"]
