@@ -11,6 +11,8 @@ temperature, top-p/top-k), its ``env.max_steps``, ``env.train_split`` and
 * ``engine``: :class:`~agentrl.rollout.engine.RolloutEngine` with the batched torch backend (all
   active envs in one generate call, KV cache, shared prefill of common prompt beginnings);
 * ``engine-no-prefix-sharing``: the same without the shared prefill (what sharing saves);
+* ``engine-hidden``: the engine recording BiPACE's hidden state in the prefill
+  (``record_hidden(algorithm.bipace.hidden_layer)``; what that costs the rollout);
 * ``vllm``: the engine with the vLLM backend, when vllm is importable (``.venv-vllm``);
 * ``naive``: one env at a time, Hugging Face ``generate`` per step, no batching, on the same
   prompts (same template, history and truncation) with the same sampling settings.
@@ -233,6 +235,9 @@ def _measure(args) -> dict:
             rows["engine"] = _run_engine(TorchBackend(model, tokenizer), tokenizer, cfg, tasks, args.seed)
             rows["engine-no-prefix-sharing"] = _run_engine(TorchBackend(model, tokenizer, share_prefixes=False),
                                                            tokenizer, cfg, tasks, args.seed)
+            recording = TorchBackend(model, tokenizer)
+            recording.record_hidden(cfg.algorithm.bipace.hidden_layer)
+            rows["engine-hidden"] = _run_engine(recording, tokenizer, cfg, tasks, args.seed)
         if "vllm" in wanted and vllm_available():
             from agentrl.rollout.backends.vllm_engine import VllmBackend
 

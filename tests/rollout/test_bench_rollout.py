@@ -34,7 +34,7 @@ def test_every_variant_plays_the_same_steps_on_left_truncated_prompts():
     report = bench._measure(_args("--tasks", "1", "--group-size", "2", "--max-steps", "3", "--backends", "torch"))
     meta, rows = report["meta"], report["results"]
     assert meta["max_prompt_tokens"] == 192 and meta["prompt_truncation"] == "left" and "4 layers" in meta["model"]
-    assert set(rows) == {"naive", "engine", "engine-no-prefix-sharing"}
+    assert set(rows) == {"naive", "engine", "engine-no-prefix-sharing", "engine-hidden"}
     assert {row["env_steps"] for row in rows.values()} == {6}
     for row in rows.values():  # every prompt kept at most its last 192 tokens, in the baseline too
         assert row["prompt_tokens"] <= 192 * row["env_steps"]
