@@ -58,4 +58,8 @@ def test_vllm_logprobs_match_hf_after_load_weights(tiny_model_dir, tiny_tokenize
             logp = torch.log_softmax(other(ids).logits[0, len(prompt) - 1:-1].float() / 0.8, -1)
         reference = logp.gather(-1, torch.tensor(gen.token_ids)[:, None]).squeeze(-1)
         assert torch.allclose(reference, torch.tensor(gen.logprobs), atol=1e-4)
+    # vLLM exposes no intermediate layer: it declines to record hidden states, and the trainer's
+    # BiPACE path then takes them from the learner's pass (docs/learner.md)
+    assert not backend.record_hidden(1) and backend.prompt_hidden(prompts) is None
+    assert all(g.hidden is None for g in first)
     backend.close()
