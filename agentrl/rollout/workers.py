@@ -58,9 +58,10 @@ class RolloutWorker:
         self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
                                     max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
                                     seed=seed, vllm_cfg=rollout_cfg.vllm)
-        # BiPACE: the prefill records each prompt's hidden state (a backend that cannot leaves it
-        # to the learner's pass)
-        self.records_hidden = hidden_layer is not None and self.backend.record_hidden(hidden_layer)
+        # BiPACE: the prefill records each prompt's hidden state (a backend that cannot, vLLM,
+        # leaves it to the learner's pass)
+        if hidden_layer is not None:
+            self.backend.record_hidden(hidden_layer)
         if isinstance(env_source, str):
             self.client = EnvClient.http(env_source, timeout=env_cfg.step_timeout_s)
         else:
