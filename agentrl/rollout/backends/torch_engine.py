@@ -252,7 +252,17 @@ class TorchBackend(GenerationBackend):
             return None
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("every prompt needs at least one token")
-        return self._prefill([list(map(int, p)) for p in prompt_ids], spare=0)[4]
+        # the prefill's length-sorted chunks without its decode-cache assembly (nothing is decoded)
+        prompts = [list(map(int, p)) for p in prompt_ids]
+        lengths = [len(p) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: (lengths[i], i))
+        states: torch.Tensor | None = None
+        for chunk in length_chunks(order, lengths, self.prefill_chunk_tokens):
+            _, hidden = self._forward_right_padded([prompts[i] for i in chunk], DynamicCache())
+            if states is None:
+                states = hidden.new_empty((len(prompts), hidden.shape[-1]))
+            states[torch.as_tensor(chunk, device=hidden.device)] = hidden
+        return states.cpu()
 
     # ----- generation ----------------------------------------------------------------------------
     def _forward(self, input_ids, attention_mask, position_ids, cache, logits_to_keep=1) -> torch.Tensor:
