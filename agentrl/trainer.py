@@ -19,7 +19,6 @@ run-directory bookkeeping (checkpoints, resume) is in :mod:`agentrl.run_state`.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Any
 
@@ -27,24 +26,11 @@ from agentrl.config import Config, config_to_dict
 from agentrl.curriculum import PrioritizedSchedule
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
+from agentrl.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
 from agentrl.tracking import Tracker
-
-
-def start_ray(cfg: Config) -> None:
-    """A local Ray cluster (or the one RAY_ADDRESS points at) with room for every actor we start."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    needed = cfg.rollout.num_workers + cfg.env.num_servers + (cfg.learner.num_ranks if cfg.learner.num_ranks > 1 else 0)
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-    else:
-        ray.init(num_cpus=max(os.cpu_count() or 1, needed), include_dashboard=False, log_to_driver=False)
 
 
 def rollout_hidden_layer(cfg: Config) -> int | None:

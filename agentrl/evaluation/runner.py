@@ -59,7 +59,7 @@ def _export_checkpoint(run_dir: Path, checkpoint: Path, log: Callable[[str], Non
     cfg = load_config(str(run_dir / "config.yaml"))
     state = TrainerState.from_json((checkpoint / "trainer_state.json").read_text())
     from agentrl.learner.group import LearnerGroup
-    from agentrl.trainer import start_ray
+    from agentrl.ray_start import start_ray
 
     log(f"exporting {checkpoint} to {out}")
     start_ray(cfg)
@@ -150,7 +150,7 @@ def evaluate(cfg: Config, model_dir: Path, out_dir: Path, *, split: str, seeds: 
 def _play(cfg: Config, model_dir: Path, work: list[tuple[int, int, list]], episodes: EpisodeLog,
           log: Callable[[str], None]) -> None:
     from agentrl.rollout.workers import RolloutWorkerGroup
-    from agentrl.trainer import start_ray
+    from agentrl.ray_start import start_ray
 
     start_ray(cfg)
     device = _device(cfg)

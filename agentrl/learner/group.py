@@ -25,6 +25,7 @@ from agentrl.config.schema import Config
 from agentrl.data import StepBatch
 from agentrl.learner.distributed import free_port
 from agentrl.learner.engine import Learner, resolve_device
+from agentrl.ray_start import init_local_ray
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
 
@@ -69,7 +70,7 @@ class LearnerGroup:
         import ray
 
         if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=False)
+            init_local_ray(max(os.cpu_count() or 1, self.num_ranks))
         gpu = resolve_device(cfg.trainer.device) == "cuda"
         remote_rank = ray.remote(LearnerRank).options(num_cpus=1, num_gpus=1 if gpu else 0)
         base_env = {"WORLD_SIZE": str(self.num_ranks), "DS_ACCELERATOR": "cuda" if gpu else "cpu"}
