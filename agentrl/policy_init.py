@@ -26,7 +26,8 @@ def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
         return corpus_texts(cfg.env.name, demonstration_env_kwargs(cfg), cfg.env.train_split,
                             cfg.tokenizer.corpus_tasks, history_length=cfg.env.history_length,
                             think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
-                            show_admissible=cfg.rollout.show_admissible)
+                            show_admissible=cfg.rollout.show_admissible,
+                            count_repeats=cfg.env.history_count_repeats)
 
     return build
 

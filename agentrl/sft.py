@@ -100,7 +100,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     demos = list(expert_episodes(env.name, demonstration_env_kwargs(cfg), env.train_split, tasks,
                                  history_length=env.history_length,
                                  think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
-                                 show_admissible=cfg.rollout.show_admissible))
+                                 show_admissible=cfg.rollout.show_admissible,
+                                 count_repeats=env.history_count_repeats))
     if not demos:
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {env.train_split!r}")
     examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]

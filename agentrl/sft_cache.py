@@ -25,7 +25,7 @@ import agentrl
 from agentrl.config import Config
 
 # the environment and rollout settings that shape the demonstrations, prompts and tokenizer corpus
-ENV_KEYS = ("name", "max_steps", "train_split", "history_length", "kwargs")
+ENV_KEYS = ("name", "max_steps", "train_split", "history_length", "history_count_repeats", "kwargs")
 ROLLOUT_KEYS = ("max_prompt_tokens", "prompt_truncation", "enable_thinking", "show_admissible", "prompt_style")
 # trainer.sft settings that say where or whether SFT runs, not what it trains: the same warm start is
 # found through "runs/cache", "./runs/cache" or an absolute path, and with enabled=auto or true

@@ -31,6 +31,43 @@ def test_history_window_shows_only_the_last_k_steps():
     assert len(compact) < len(text)
 
 
+def test_counted_history_merges_a_run_of_identical_steps_and_counts_them():
+    history = History()
+    steps = [("commands", "get 12 glowstone dust"), ("Got 12 glowstone dust", "craft 1 glowstone using 4 glowstone dust"),
+             ("Crafted 1 minecraft:glowstone", "craft 1 glowstone using 4 glowstone dust"),
+             ("Crafted 1 minecraft:glowstone", "craft 1 glowstone using 4 glowstone dust"),
+             ("Crafted 1 minecraft:glowstone", "craft 1 glowstone using 4 glowstone dust")]
+    for obs, action in steps:
+        history.add(obs, action)
+    failed = "Could not find enough items to craft minecraft:glowstone"
+    # the fourth craft failed: its result differs, so it stays an entry of its own
+    assert history.entries(failed, count_repeats=True) == [(0, 1), (1, 3), (4, 1)]
+    assert history.entries("Crafted 1 minecraft:glowstone", count_repeats=True) == [(0, 1), (1, 4)]
+    assert history.entries(failed) == [(i, 1) for i in range(5)]
+    text = build_prompt_text("textcraft", "commands", failed, history, [], history_length=2, think=False,
+                             style="compact", count_repeats=True)
+    assert "Last 4 of 5 steps:" in text        # two entries, covering steps 2-5
+    assert ("[Observation 2: 'Got 12 glowstone dust', Actions 2-4: 'craft 1 glowstone using 4 glowstone dust' "
+            "(3 times)]\n[Observation 5: 'Crafted 1 minecraft:glowstone', Action 5: 'craft 1 glowstone using 4 "
+            "glowstone dust']\nObservation: " + failed) in text
+    assert "get 12" not in text
+    full = build_prompt_text("textcraft", "commands", failed, history, [], history_length=2, think=False,
+                             count_repeats=True)
+    assert "most recent 4 observations" in full and "(3 times)" in full
+    # off (the default), the prompt is the step-by-step window
+    plain = build_prompt_text("textcraft", "commands", failed, history, [], history_length=2, think=False,
+                              style="compact")
+    assert "Last 2 of 5 steps:" in plain and "times)" not in plain and "Observation 4:" in plain
+
+
+def test_counted_history_with_a_zero_window_shows_nothing():
+    history = History()
+    history.add("commands", "inventory")
+    text = build_prompt_text("textcraft", "commands", "Inventory: empty", history, [], history_length=0,
+                             think=False, style="compact", count_repeats=True)
+    assert "steps:" not in text and "Observation: Inventory: empty" in text
+
+
 def test_webshop_prompt_quotes_actions_and_adds_its_advice():
     text = build_prompt_text("webshop", "i need a red shirt", "WebShop [SEP] Search", History(),
                              ["search[<your query>]", "click[next >]"], think=True)

@@ -86,4 +86,10 @@ def test_expert_episodes_are_played_once_per_process_and_settings(monkeypatch):
     assert [d.step for d in first if d.task.index == 0] == list(range(len([d for d in first if d.task.index == 0])))
     list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0], **dict(settings, history_length=1)))
     list(demonstrations.expert_episodes("textcraft", {"max_steps": 40}, "pool_depth2", [0], **settings))
-    assert [t.index for t in resets] == [0, 1, 2, 3, 0, 0]    # other prompt or env settings: played again
+    counted = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0],
+                                                  **dict(settings, count_repeats=True)))
+    assert [t.index for t in resets] == [0, 1, 2, 3, 0, 0, 0]    # other prompt or env settings: played again
+    # pool task 0 (respawn anchor) crafts glowstone three times in a row: the counted history says so
+    # where the plain one shows only the last two identical steps
+    last = [d for d in first if d.task.index == 0][-1].prompt
+    assert "(3 times)" in [d for d in counted if d.step == len(counted) - 1][0].prompt and "times)" not in last

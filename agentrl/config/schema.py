@@ -75,6 +75,10 @@ class EnvConfig:
     train_split: str = F("train", "split that training tasks are drawn from")
     eval_split: str = F("test", "split used for periodic validation")
     history_length: int = F(2, "previous observation/action pairs shown in the prompt", min=0)
+    history_count_repeats: bool = F(False, "show a run of consecutive steps with the same action and the same "
+                                    "result as one history entry with its count (history_length then counts "
+                                    "entries): with TextCraft's one-batch crafts the prompt says how many "
+                                    "were made")
     reward: str = F("success", "step reward: success = success_reward when the episode is won (verl-agent), "
                     "env = the environment's own reward", choices=("success", "env"))
     success_reward: float = F(10.0, "reward at the winning step when env.reward=success", gt=0)

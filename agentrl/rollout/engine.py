@@ -194,7 +194,7 @@ class RolloutEngine:
             admissible = []
         return build_prompt_text(self.env_name, task_text, obs, history, admissible,
                                  history_length=self.env_cfg.history_length, think=cfg.enable_thinking,
-                                 style=cfg.prompt_style)
+                                 style=cfg.prompt_style, count_repeats=self.env_cfg.history_count_repeats)
 
     def reset_instances(self, items: Sequence[tuple[int, TaskRef]]) -> list:
         """Reset env instances, a failed one reported in its result (``env.step_timeout_s`` plus

@@ -46,10 +46,42 @@ class History:
     def __len__(self) -> int:
         return len(self.actions)
 
-    def render(self, window: int) -> str:
-        start = max(0, len(self) - window)
-        return "\n".join(f"[Observation {i + 1}: '{self.observations[i]}', Action {i + 1}: '{self.actions[i]}']"
-                         for i in range(start, len(self)))
+    def entries(self, current_observation: str, count_repeats: bool = False) -> list[tuple[int, int]]:
+        """The history as (first step, steps) entries, oldest first.
+
+        Without ``count_repeats`` every step is its own entry. With it, a run of consecutive steps
+        that took the same action and got the same result (the observation after it) is one entry:
+        ``craft 1 glowstone using 4 glowstone dust`` three times in a row, each ``Crafted 1
+        minecraft:glowstone``, reads as one step done three times. The result of the last step is
+        ``current_observation``.
+        """
+        n = len(self)
+        results = self.observations[1:] + [current_observation]
+        out: list[tuple[int, int]] = []
+        for i in range(n):
+            if (count_repeats and out and self.actions[i] == self.actions[i - 1]
+                    and results[i] == results[i - 1]):
+                first, steps = out[-1]
+                out[-1] = (first, steps + 1)
+            else:
+                out.append((i, 1))
+        return out
+
+    def render(self, window: int, current_observation: str = "", count_repeats: bool = False) -> str:
+        """The last ``window`` entries (see :meth:`entries`), one per line."""
+        lines = []
+        for first, steps in self.entries(current_observation, count_repeats)[-window:] if window > 0 else []:
+            obs, action = self.observations[first], self.actions[first]
+            if steps == 1:
+                lines.append(f"[Observation {first + 1}: '{obs}', Action {first + 1}: '{action}']")
+            else:
+                lines.append(f"[Observation {first + 1}: '{obs}', Actions {first + 1}-{first + steps}: "
+                             f"'{action}' ({steps} times)]")
+        return "\n".join(lines)
+
+    def steps_shown(self, window: int, current_observation: str = "", count_repeats: bool = False) -> int:
+        """How many steps the last ``window`` entries cover."""
+        return sum(steps for _, steps in self.entries(current_observation, count_repeats)[-window:]) if window > 0 else 0
 
 
 def task_text(env_name: str, reset_observation: str, reset_info: dict) -> str:
@@ -72,18 +104,22 @@ def format_admissible(actions: list[str], env_name: str) -> str:
 
 
 def build_prompt_text(env_name: str, task: str, observation: str, history: History, admissible: list[str],
-                      history_length: int = 2, think: bool = True, style: str = "full") -> str:
-    """The user-message text of one step."""
+                      history_length: int = 2, think: bool = True, style: str = "full",
+                      count_repeats: bool = False) -> str:
+    """The user-message text of one step. ``count_repeats`` shows a run of identical steps (same
+    action, same result) as one history entry with its count (``env.history_count_repeats``);
+    ``history_length`` then counts entries."""
     instruction = (THINK_INSTRUCTION if think else ACTION_INSTRUCTION) + EXTRA_ADVICE.get(env_name, "")
     actions = format_admissible(admissible, env_name) if admissible else ""
     lines: list[str] = []
     steps_done = len(history)
     use_history = history_length > 0 and steps_done > 0
-    shown = min(history_length, steps_done)
+    shown = history.steps_shown(history_length, observation, count_repeats)
+    rendered = history.render(history_length, observation, count_repeats) if use_history else ""
     if style == "compact":
         lines.append(f"Task: {task}")
         if use_history:
-            lines.append(f"Last {shown} of {steps_done} steps:\n{history.render(history_length)}")
+            lines.append(f"Last {shown} of {steps_done} steps:\n{rendered}")
         if observation != task:
             lines.append(f"Observation: {observation}")
         if actions:
@@ -100,7 +136,7 @@ def build_prompt_text(env_name: str, task: str, observation: str, history: Histo
     else:
         lines.append(f"{preamble} Your task is to: {task}")
         lines.append(f"Prior to this step, you have already taken {steps_done} step(s). Below are the most recent "
-                     f"{shown} observations and the corresponding actions you took:\n{history.render(history_length)}")
+                     f"{shown} observations and the corresponding actions you took:\n{rendered}")
         lines.append(f"You are now at step {steps_done + 1} and your current observation is: {observation}")
     if actions:
         lines.append(f"Your admissible actions of the current situation are: [{actions}].")
