@@ -64,6 +64,24 @@ def test_expert_rollout_records_rewards_history_and_ids(tiny_tokenizer):
     assert result.stats["env_steps"] == len(batch) and result.stats["invalid_actions"] == 4
 
 
+def test_counted_history_reaches_the_prompts_the_policy_answers(tiny_tokenizer):
+    # pool task 0 is the respawn anchor: get obsidian, get dust, craft glowstone three times, craft the anchor
+    task = TaskRef("pool_depth2", 0)
+    env_cfg = env_config(max_steps=12, history_length=2, history_count_repeats=True)
+    plans = expert_plans("textcraft", [task])
+    (plan,) = plans.values()
+    engine = _engine(ScriptedExpertBackend(tiny_tokenizer, plans), tiny_tokenizer, env_cfg,
+                     rollout_config(max_prompt_tokens=2048), 1)
+    result = engine.run([task], group_size=1)
+    batch = result.batch
+    assert result.episodes[0].won and plan[2] == plan[3] == plan[4] != plan[5]
+    last = tiny_tokenizer.decode(batch.prompt_ids[5, :batch.prompt_lengths[5]])
+    assert f"Actions 3-5: '{plan[2]}' (3 times)]" in last and "Last 4 of 5 steps" in last
+    # the craft in progress reads as done twice, not three times
+    before = tiny_tokenizer.decode(batch.prompt_ids[4, :batch.prompt_lengths[4]])
+    assert f"Actions 3-4: '{plan[2]}' (2 times)]" in before
+
+
 def test_random_model_rollout_is_penalised_and_seeded(tiny_model_dir, tiny_tokenizer):
     env_cfg = env_config(max_steps=2)
     backend = TorchBackend.from_pretrained(tiny_model_dir)
