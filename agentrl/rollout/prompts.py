@@ -67,10 +67,10 @@ class History:
                 out.append((i, 1))
         return out
 
-    def render(self, window: int, current_observation: str = "", count_repeats: bool = False) -> str:
-        """The last ``window`` entries (see :meth:`entries`), one per line."""
+    def render(self, entries: list[tuple[int, int]]) -> str:
+        """History lines for ``entries`` (from :meth:`entries`), one per line."""
         lines = []
-        for first, steps in self.entries(current_observation, count_repeats)[-window:] if window > 0 else []:
+        for first, steps in entries:
             obs, action = self.observations[first], self.actions[first]
             if steps == 1:
                 lines.append(f"[Observation {first + 1}: '{obs}', Action {first + 1}: '{action}']")
@@ -78,10 +78,6 @@ class History:
                 lines.append(f"[Observation {first + 1}: '{obs}', Actions {first + 1}-{first + steps}: "
                              f"'{action}' ({steps} times)]")
         return "\n".join(lines)
-
-    def steps_shown(self, window: int, current_observation: str = "", count_repeats: bool = False) -> int:
-        """How many steps the last ``window`` entries cover."""
-        return sum(steps for _, steps in self.entries(current_observation, count_repeats)[-window:]) if window > 0 else 0
 
 
 def task_text(env_name: str, reset_observation: str, reset_info: dict) -> str:
@@ -113,9 +109,10 @@ def build_prompt_text(env_name: str, task: str, observation: str, history: Histo
     actions = format_admissible(admissible, env_name) if admissible else ""
     lines: list[str] = []
     steps_done = len(history)
-    use_history = history_length > 0 and steps_done > 0
-    shown = history.steps_shown(history_length, observation, count_repeats)
-    rendered = history.render(history_length, observation, count_repeats) if use_history else ""
+    window = history.entries(observation, count_repeats)[-history_length:] if history_length > 0 else []
+    use_history = bool(window)
+    shown = sum(steps for _, steps in window)
+    rendered = history.render(window)
     if style == "compact":
         lines.append(f"Task: {task}")
         if use_history:
