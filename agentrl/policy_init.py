@@ -27,7 +27,8 @@ def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
                             cfg.tokenizer.corpus_tasks, history_length=cfg.env.history_length,
                             think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
                             show_admissible=cfg.rollout.show_admissible,
-                            count_repeats=cfg.env.history_count_repeats)
+                            count_repeats=cfg.env.history_count_repeats,
+                            recovery_variants=cfg.trainer.sft.recovery_variants)
 
     return build
 

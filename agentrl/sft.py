@@ -101,7 +101,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                                  history_length=env.history_length,
                                  think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
                                  show_admissible=cfg.rollout.show_admissible,
-                                 count_repeats=env.history_count_repeats))
+                                 count_repeats=env.history_count_repeats,
+                                 recovery_variants=sft.recovery_variants))
     if not demos:
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {env.train_split!r}")
     examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]
@@ -140,7 +141,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     tmp = out_dir.with_name(out_dir.name + ".partial")
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
-    summary = {"examples": len(examples), "episodes": sum(d.step == 0 for d in demos), "tokens": tokens,
+    summary = {"examples": len(examples), "episodes": sum(d.step == 0 for d in demos),
+               "recovery_examples": sum(d.recovery for d in demos), "tokens": tokens,
                "steps": step, "planned_steps": total_steps, "final_loss_ema": loss_ema,
                "minutes": (time.time() - start) / 60}
     (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2))

@@ -93,3 +93,36 @@ def test_expert_episodes_are_played_once_per_process_and_settings(monkeypatch):
     # where the plain one shows only the last two identical steps
     last = [d for d in first if d.task.index == 0][-1].prompt
     assert "(3 times)" in [d for d in counted if d.step == len(counted) - 1][0].prompt and "times)" not in last
+
+
+def test_overshoot_points_take_the_longest_runs_first():
+    from agentrl.data.demonstrations import overshoot_points
+
+    plan = ["get 9 a", "craft 1 b using 3 a", "craft 1 b using 3 a", "craft 1 b using 3 a", "get 1 c",
+            "craft 1 d using 1 c", "craft 1 goal using 3 b, 1 d"]
+    assert overshoot_points(plan, 1) == [4]                 # after the three identical crafts
+    assert overshoot_points(plan, 3) == [4, 6, 5]           # then the single steps, latest first
+    assert overshoot_points(plan, 0) == [] and overshoot_points(plan[:1], 2) == []
+
+
+def test_recovery_variants_train_only_the_steps_after_the_overshoot():
+    from agentrl.data import demonstrations
+
+    settings = dict(history_length=2, think=False, style="compact", show_admissible=False)
+    plain = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0], **settings))
+    both = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0],
+                                               **dict(settings, recovery_variants=1)))
+    # pool task 0 (respawn anchor): get, get, three glowstone crafts, the anchor (6 steps)
+    assert len(plain) == 6 and not any(d.recovery for d in plain)
+    assert both[:6] == plain
+    recovery = both[6:]
+    assert [d.step for d in recovery] == [6] and all(d.recovery for d in recovery)
+    # the environment rejected the fourth glowstone craft; the demonstration is the anchor craft, and
+    # the rejected craft itself is never a response to learn
+    assert "Observation: Could not find enough items to craft minecraft:glowstone" in recovery[0].prompt
+    assert "Last 2 of 6 steps" in recovery[0].prompt
+    assert recovery[0].response == plain[-1].response and "respawn anchor" in recovery[0].response
+    # with no room for the extra step the variant cannot win and is dropped
+    tight = list(demonstrations.expert_episodes("textcraft", {"max_steps": 6}, "pool_depth2", [0],
+                                                **dict(settings, recovery_variants=1)))
+    assert tight == plain

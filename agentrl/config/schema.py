@@ -229,6 +229,10 @@ class SftConfig:
     epochs: float = F(3.0, "passes over the demonstrations", gt=0)
     lr: float = F(1e-3, "SFT learning rate", gt=0)
     batch_size: int = F(32, "(prompt, action) pairs per optimizer step", min=1)
+    recovery_variants: int = F(0, "per expert episode, up to this many recovery variants: the expert does the last "
+                               "action of a run once too often (longest runs first), then goes on with its plan; "
+                               "only the steps after the extra action are trained, so the policy learns to recover "
+                               "from an overshoot it makes itself (docs/quickstart.md); 0 = off", min=0)
     max_minutes: float = F(0.0, "stop SFT after this many minutes; 0 = no limit (a time bound makes the warm start "
                            "depend on the machine's load)", min=0)
     cache_dir: str = F("", "reuse warm starts across runs: a directory holding one finished SFT model per set of "

@@ -3,6 +3,12 @@
 They are the SFT warm-start data and the text a tiny model's tokenizer is trained on. Each
 episode is played by the environment's expert solver and rendered step by step with the same
 prompt builder the rollout uses, so SFT sees exactly the prompts RL will show.
+
+Recovery variants (``trainer.sft.recovery_variants``) add episodes in which the expert does the
+last action of a run once too often, as a policy that lost count does (TextCraft's ninth ``craft 1
+gold ingot`` from 72 nuggets), and then goes on with its plan. Only the steps after that extra
+action become demonstrations: the policy learns what to do once it has overshot, never the
+overshoot itself (noise injection into expert demonstrations, as in DART).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ class Demonstration:
     task_type: str
     task: TaskRef
     step: int
+    recovery: bool = False   # a step after an injected extra action (recovery variant)
 
 
 # (env, kwargs, split, index, prompt settings) -> the episode's demonstrations ([] if the expert lost).
@@ -34,13 +41,14 @@ EPISODE_CACHE_SIZE = 8192
 
 def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequence[int], *, history_length: int,
                     think: bool, style: str, show_admissible: bool = True,
-                    count_repeats: bool = False) -> Iterator[Demonstration]:
-    """Play the expert on each task and yield one demonstration per step (only won episodes).
+                    count_repeats: bool = False, recovery_variants: int = 0) -> Iterator[Demonstration]:
+    """Play the expert on each task and yield one demonstration per step (only won episodes), then
+    those of up to ``recovery_variants`` recovery variants of the episode (see the module text).
 
     Episodes already played in this process with the same settings come from a cache.
     """
     settings = (env_name, tuple(sorted((k, repr(v)) for k, v in env_kwargs.items())), split, history_length, think,
-                style, show_admissible, count_repeats)
+                style, show_admissible, count_repeats, recovery_variants)
     env = None
     for index in indices:
         key = settings + (int(index),)
@@ -48,31 +56,61 @@ def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequen
             _EPISODE_CACHE.move_to_end(key)
         else:
             env = env or make_env(env_name, **dict(env_kwargs))
-            _EPISODE_CACHE[key] = _play_expert(env, env_name, TaskRef(split, int(index)), history_length, think,
-                                               style, show_admissible, count_repeats)
+            prompt = dict(history_length=history_length, think=think, style=style,
+                          show_admissible=show_admissible, count_repeats=count_repeats)
+            _EPISODE_CACHE[key] = _play_expert(env, env_name, TaskRef(split, int(index)), prompt, recovery_variants)
             if len(_EPISODE_CACHE) > EPISODE_CACHE_SIZE:
                 _EPISODE_CACHE.popitem(last=False)
         yield from _EPISODE_CACHE[key]
 
 
-def _play_expert(env, env_name: str, task: TaskRef, history_length: int, think: bool, style: str,
-                 show_admissible: bool, count_repeats: bool) -> list[Demonstration]:
+def _play_expert(env, env_name: str, task: TaskRef, prompt: dict, recovery_variants: int) -> list[Demonstration]:
+    """The expert episode's demonstrations, then those of its recovery variants ([] if the expert lost)."""
+    demos, plan = _play_actions(env, env_name, task, None, 0, prompt)
+    if not demos:
+        return []
+    for end in overshoot_points(plan, recovery_variants):
+        actions = plan[:end] + [plan[end - 1]] + plan[end:]
+        demos += _play_actions(env, env_name, task, actions, end + 1, prompt)[0]
+    return demos
+
+
+def overshoot_points(plan: Sequence[str], count: int) -> list[int]:
+    """Up to ``count`` plan positions where a run of one repeated action ends (``plan[i]`` differs
+    from ``plan[i - 1]``): the longest runs first, the latest first among runs as long. A recovery
+    variant repeats ``plan[i - 1]`` once more right there."""
+    runs, start = [], 0
+    for i in range(1, len(plan)):
+        if plan[i] != plan[i - 1]:
+            runs.append((i - start, i))
+            start = i
+    runs.sort(key=lambda run: (-run[0], -run[1]))
+    return [end for _, end in runs[:max(0, count)]]
+
+
+def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | None, train_from: int,
+                  prompt: dict) -> tuple[list[Demonstration], list[str]]:
+    """Play ``actions`` (None: the expert's plan) from the task's start. Returns the demonstrations
+    of steps ``train_from`` on ([] when the episode is not won) and the actions played."""
     obs, info = env.reset(task)
+    actions = list(env.expert_actions()) if actions is None else list(actions)
     task_line = task_text(env_name, obs, info)
     history, steps = History(), []
-    for step, action in enumerate(env.expert_actions()):
-        admissible = info["admissible_actions"] if show_admissible else []
-        prompt = build_prompt_text(env_name, task_line, obs, history, admissible,
-                                   history_length=history_length, think=think, style=style,
-                                   count_repeats=count_repeats)
+    for step, action in enumerate(actions):
         shown = action.lower() if env_name in LOWERCASE_ENVS else action
-        thought = f"The next step toward the goal is: {shown}." if think else None
-        steps.append(Demonstration(prompt, format_response(shown, thought), str(info["task_type"]), task, step))
+        if step >= train_from:
+            admissible = info["admissible_actions"] if prompt["show_admissible"] else []
+            text = build_prompt_text(env_name, task_line, obs, history, admissible,
+                                     history_length=prompt["history_length"], think=prompt["think"],
+                                     style=prompt["style"], count_repeats=prompt["count_repeats"])
+            thought = f"The next step toward the goal is: {shown}." if prompt["think"] else None
+            steps.append(Demonstration(text, format_response(shown, thought), str(info["task_type"]), task, step,
+                                       recovery=train_from > 0))
         history.add(obs, shown)
         obs, _reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             break
-    return steps if info.get("won") else []
+    return (steps if info.get("won") else []), actions
 
 
 def demonstration_env_kwargs(cfg) -> dict:
@@ -82,11 +120,12 @@ def demonstration_env_kwargs(cfg) -> dict:
 
 def corpus_texts(env_name: str, env_kwargs: dict, split: str, num_tasks: int, *, history_length: int, think: bool,
                  style: str, show_admissible: bool = True, split_size: int | None = None,
-                 count_repeats: bool = False) -> list[str]:
+                 count_repeats: bool = False, recovery_variants: int = 0) -> list[str]:
     """Texts for tokenizer training: rendered prompts and responses of expert episodes."""
     env = make_env(env_name, **dict(env_kwargs))
     size = split_size or env.split_sizes()[split]
     indices = range(min(num_tasks, size))
     return [f"user\n{d.prompt}\nassistant\n{d.response}\n" for d in
             expert_episodes(env_name, env_kwargs, split, indices, history_length=history_length, think=think,
-                            style=style, show_admissible=show_admissible, count_repeats=count_repeats)]
+                            style=style, show_admissible=show_admissible, count_repeats=count_repeats,
+                            recovery_variants=recovery_variants)]
