@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 import torch
 
@@ -166,14 +167,31 @@ def ray_cluster(ray_cluster):
     return ray_cluster
 
 
+def wait_until_dead(pid: int, timeout: float) -> None:
+    """Return once process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        assert time.monotonic() < deadline, f"process {pid} still runs {timeout:.0f} s after it was killed"
+        time.sleep(0.05)
+
+
 def test_killed_ray_pool_actor_is_restarted_and_its_episodes_rerun(tokenizer, ray_cluster):
     ray = ray_cluster
     actors = launch_ray_shards("textcraft", 4, {"max_steps": 3}, num_shards=2, num_cpus_per_shard=0.5)
+    pid = ray.get(actors[1].__ray_call__.remote(lambda actor: os.getpid()))
     killed = []
 
     def kill_actor_1(call: int) -> None:
         if call == 1:
             ray.kill(actors[1], no_restart=False)  # the process dies; Ray starts it again (max_restarts)
+            # ray.kill only asks for the kill: wait until the process is gone, or on a loaded box the
+            # shard's last steps can still be answered by the old process and nothing fails
+            wait_until_dead(pid, timeout=60)
             killed.append(call)
 
     try:
