@@ -56,22 +56,24 @@ def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequen
             _EPISODE_CACHE.move_to_end(key)
         else:
             env = env or make_env(env_name, **dict(env_kwargs))
-            prompt = dict(history_length=history_length, think=think, style=style,
-                          show_admissible=show_admissible, count_repeats=count_repeats)
-            _EPISODE_CACHE[key] = _play_expert(env, env_name, TaskRef(split, int(index)), prompt, recovery_variants)
+            prompt = dict(history_length=history_length, think=think, style=style, count_repeats=count_repeats)
+            _EPISODE_CACHE[key] = _play_expert(env, env_name, TaskRef(split, int(index)), prompt, show_admissible,
+                                               recovery_variants)
             if len(_EPISODE_CACHE) > EPISODE_CACHE_SIZE:
                 _EPISODE_CACHE.popitem(last=False)
         yield from _EPISODE_CACHE[key]
 
 
-def _play_expert(env, env_name: str, task: TaskRef, prompt: dict, recovery_variants: int) -> list[Demonstration]:
-    """The expert episode's demonstrations, then those of its recovery variants ([] if the expert lost)."""
-    demos, plan = _play_actions(env, env_name, task, None, 0, prompt)
+def _play_expert(env, env_name: str, task: TaskRef, prompt: dict, show_admissible: bool,
+                 recovery_variants: int) -> list[Demonstration]:
+    """The expert episode's demonstrations, then those of its recovery variants ([] if the expert lost).
+    ``prompt``: the keyword arguments of :func:`build_prompt_text` (history, thinking, style)."""
+    demos, plan = _play_actions(env, env_name, task, None, 0, prompt, show_admissible)
     if not demos:
         return []
     for end in overshoot_points(plan, recovery_variants):
         actions = plan[:end] + [plan[end - 1]] + plan[end:]
-        demos += _play_actions(env, env_name, task, actions, end + 1, prompt)[0]
+        demos += _play_actions(env, env_name, task, actions, end + 1, prompt, show_admissible)[0]
     return demos
 
 
@@ -89,7 +91,7 @@ def overshoot_points(plan: Sequence[str], count: int) -> list[int]:
 
 
 def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | None, train_from: int,
-                  prompt: dict) -> tuple[list[Demonstration], list[str]]:
+                  prompt: dict, show_admissible: bool) -> tuple[list[Demonstration], list[str]]:
     """Play ``actions`` (None: the expert's plan) from the task's start. Returns the demonstrations
     of steps ``train_from`` on ([] when the episode is not won) and the actions played."""
     obs, info = env.reset(task)
@@ -99,10 +101,8 @@ def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | No
     for step, action in enumerate(actions):
         shown = action.lower() if env_name in LOWERCASE_ENVS else action
         if step >= train_from:
-            admissible = info["admissible_actions"] if prompt["show_admissible"] else []
-            text = build_prompt_text(env_name, task_line, obs, history, admissible,
-                                     history_length=prompt["history_length"], think=prompt["think"],
-                                     style=prompt["style"], count_repeats=prompt["count_repeats"])
+            admissible = info["admissible_actions"] if show_admissible else []
+            text = build_prompt_text(env_name, task_line, obs, history, admissible, **prompt)
             thought = f"The next step toward the goal is: {shown}." if prompt["think"] else None
             steps.append(Demonstration(text, format_response(shown, thought), str(info["task_type"]), task, step,
                                        recovery=train_from > 0))
