@@ -8,7 +8,8 @@ import torch
 from agentrl.config import load_config
 from agentrl.envs import make_env
 from agentrl.envs.textcraft.recipes import RecipeBook, default_data_dir
-from agentrl.envs.textcraft.tasks import POOL_GOALS, POOL_TEST_LAYOUTS, POOL_TRAIN_LAYOUTS, build_splits
+from agentrl.envs.textcraft.tasks import (POOL_GOALS, POOL_TEST_LAYOUTS, POOL_TRAIN_LAYOUTS, POOL_WIDE_EXTRA_LAYOUTS,
+                                         build_splits)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,11 @@ def test_depth2_pairs_are_disjoint(splits):
     others = set().union(*(set(v) for k, v in splits.items() if k != "pool_depth2_test"))
     assert not set(splits["pool_depth2_test"]) & others
     assert len(set(splits["pool_depth2_test"])) == POOL_TEST_LAYOUTS * POOL_GOALS
+    # the wide pool: the same goals, every pool_depth2 layout and 48 more, none of the test layouts
+    wide = set(splits["pool_depth2_wide"])
+    assert {s % n for s in wide} == goals["pool_depth2"] and set(splits["pool_depth2"]) < wide
+    assert len(wide) == len(splits["pool_depth2_wide"]) == (POOL_TRAIN_LAYOUTS + POOL_WIDE_EXTRA_LAYOUTS) * POOL_GOALS
+    assert not wide & set(splits["pool_depth2_test"])
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "gigpo", "gagpo", "bipace"])

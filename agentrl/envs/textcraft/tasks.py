@@ -35,6 +35,9 @@ Splits (all built from layout seeds, so every split is reproducible and the pack
               p + 4n .. p + 11n) / 4 further layouts each (p + 12n .. p + 15n: other distractors and
               line order). The test layouts are in no other split, so a policy is measured on the
               pool's goals in tasks it never trained on.
+``pool_depth2_wide``  the pool's goals in 60 layouts each: ``pool_depth2``'s 12 and 48 more
+              (p + 16n .. p + 63n), never the test layouts: 1,920 tasks for RL that should carry over
+              to unseen layouts rather than sharpen the ones SFT memorised.
 
 ``train`` and ``test`` leave out goals that cannot be crafted within ADaPT's 40-command budget
 (the expert needs more): with the package's recipes that is only ``netherite block`` (9 netherite
@@ -62,6 +65,7 @@ MAX_TAG_COMBINATIONS = 16
 POOL_GOALS = 32
 POOL_TRAIN_LAYOUTS = 12
 POOL_TEST_LAYOUTS = 4
+POOL_WIDE_EXTRA_LAYOUTS = 48  # pool_depth2_wide: layouts after the test ones
 COMMAND_BUDGET = 40  # ADaPT's step limit; train/test goals must be solvable within it
 
 
@@ -181,8 +185,11 @@ def build_splits(book: RecipeBook) -> dict[str, tuple[int, ...]]:
     pool = [p for p in train_goals if book.goals[p][1] == 2]
     random.Random(SPLIT_SEED + 2).shuffle(pool)
     pool = pool[:POOL_GOALS]
+    first_extra = POOL_TRAIN_LAYOUTS + POOL_TEST_LAYOUTS
+    wide = [*range(POOL_TRAIN_LAYOUTS), *range(first_extra, first_extra + POOL_WIDE_EXTRA_LAYOUTS)]
     for name, layouts, salt in (("pool_depth2", range(POOL_TRAIN_LAYOUTS), 3),
-                                ("pool_depth2_test", range(POOL_TRAIN_LAYOUTS, POOL_TRAIN_LAYOUTS + POOL_TEST_LAYOUTS), 4)):
+                                ("pool_depth2_test", range(POOL_TRAIN_LAYOUTS, first_extra), 4),
+                                ("pool_depth2_wide", wide, 5)):
         seeds = [p + n * k for k in layouts for p in pool]
         random.Random(SPLIT_SEED + salt).shuffle(seeds)
         splits[name] = tuple(seeds)
