@@ -22,7 +22,7 @@ def test_workload_is_the_tiny_textcraft_recipe():
         (192, "left", 28)
     assert (cfg.env.max_steps, cfg.env.train_split, cfg.env.tasks_per_iteration, cfg.env.group_size) == \
         (12, "pool_depth2", 16, 8)
-    assert cfg.rollout.temperature == 0.7
+    assert cfg.rollout.temperature == 0.4
     small = bench.workload(_args("--tasks", "2", "--group-size", "3", "--max-steps", "4", "--split", "depth2",
                                  "--temperature", "1.0"))
     assert (small.env.tasks_per_iteration, small.env.group_size, small.env.max_steps, small.env.train_split) == \
