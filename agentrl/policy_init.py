@@ -20,10 +20,10 @@ from agentrl.models.loading import TINY
 
 
 def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
-    from agentrl.data.demonstrations import corpus_texts, demonstration_env_kwargs
+    from agentrl.data.demonstrations import corpus_texts, demonstration_env_kwargs, demonstration_split
 
     def build() -> list[str]:
-        return corpus_texts(cfg.env.name, demonstration_env_kwargs(cfg), cfg.env.train_split,
+        return corpus_texts(cfg.env.name, demonstration_env_kwargs(cfg), demonstration_split(cfg),
                             cfg.tokenizer.corpus_tasks, history_length=cfg.env.history_length,
                             think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
                             show_admissible=cfg.rollout.show_admissible,

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from agentrl.data.demonstrations import Demonstration, demonstration_env_kwargs, expert_episodes
+from agentrl.data.demonstrations import Demonstration, demonstration_env_kwargs, demonstration_split, expert_episodes
 from agentrl.envs import make_env
 from agentrl.models import load_model, load_tokenizer
 from agentrl.models.tokenizer import IM_END
@@ -96,15 +96,16 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, dtype=torch.float32)
     model.train()
-    tasks = training_tasks(env.name, env.kwargs, env.train_split, sft.tasks, cfg.trainer.seed)
-    demos = list(expert_episodes(env.name, demonstration_env_kwargs(cfg), env.train_split, tasks,
+    split = demonstration_split(cfg)
+    tasks = training_tasks(env.name, env.kwargs, split, sft.tasks, cfg.trainer.seed)
+    demos = list(expert_episodes(env.name, demonstration_env_kwargs(cfg), split, tasks,
                                  history_length=env.history_length,
                                  think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
                                  show_admissible=cfg.rollout.show_admissible,
                                  count_repeats=env.history_count_repeats,
                                  recovery_variants=sft.recovery_variants))
     if not demos:
-        raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {env.train_split!r}")
+        raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {split!r}")
     examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]
     steps_per_epoch = math.ceil(len(examples) / sft.batch_size)
     total_steps = max(1, int(steps_per_epoch * sft.epochs))

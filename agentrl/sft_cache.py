@@ -28,13 +28,18 @@ from agentrl.config import Config
 ENV_KEYS = ("name", "max_steps", "train_split", "history_length", "history_count_repeats", "kwargs")
 ROLLOUT_KEYS = ("max_prompt_tokens", "prompt_truncation", "enable_thinking", "show_admissible", "prompt_style")
 # trainer.sft settings that say where or whether SFT runs, not what it trains: the same warm start is
-# found through "runs/cache", "./runs/cache" or an absolute path, and with enabled=auto or true
-SFT_KEYS_NOT_IN_KEY = ("cache_dir", "enabled")
+# found through "runs/cache", "./runs/cache" or an absolute path, and with enabled=auto or true; the
+# split is keyed as env.train_split, the split the demonstrations come from
+SFT_KEYS_NOT_IN_KEY = ("cache_dir", "enabled", "split")
 
 
 def warm_start_settings(cfg: Config) -> dict:
-    """Every setting the warm start depends on, as plain data."""
+    """Every setting the warm start depends on, as plain data. The split recorded is the one the
+    demonstrations come from (``trainer.sft.split`` or ``env.train_split``), so a run doing RL on
+    another split finds the warm start of a run that trained on the demonstration split, and
+    keys made before ``trainer.sft.split`` existed stay the same."""
     env = dataclasses.asdict(cfg.env)
+    env["train_split"] = cfg.trainer.sft.split or cfg.env.train_split
     rollout = dataclasses.asdict(cfg.rollout)
     sft = {k: v for k, v in dataclasses.asdict(cfg.trainer.sft).items() if k not in SFT_KEYS_NOT_IN_KEY}
     return {"agentrl": agentrl.__version__, "model": dataclasses.asdict(cfg.model),

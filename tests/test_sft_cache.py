@@ -75,3 +75,14 @@ def test_a_different_seed_trains_its_own_warm_start(tmp_path):
     starting_policy(other, RunDirectory.create(other, None), log=log.append)
     assert any("sft/summary/steps" in m for m in log)
     assert len([p for p in (tmp_path / "cache").iterdir() if p.is_dir()]) == 2
+
+
+def test_key_follows_the_split_the_demonstrations_come_from(tmp_path):
+    """trainer.sft.split: RL on another split reuses the warm start of the demonstration split, and
+    setting it to the split SFT used anyway changes nothing (keys made before the option stay valid)."""
+    base = cache_key(tiny_config(tmp_path))  # the recipe trains (SFT and RL) on pool_depth2
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.split=pool_depth2")) == base
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "env.train_split=pool_depth2_wide",
+                                 "trainer.sft.split=pool_depth2")) == base
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "env.train_split=pool_depth2_wide")) != base
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.split=pool_depth2_wide")) != base

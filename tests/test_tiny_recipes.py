@@ -132,3 +132,30 @@ def test_recovery_variants_train_only_the_steps_after_the_overshoot():
     tight = list(demonstrations.expert_episodes("textcraft", {"max_steps": 6}, "pool_depth2", [0],
                                                 **dict(settings, recovery_variants=1)))
     assert tight == plain
+
+
+def test_sft_split_chooses_the_demonstrations_and_tokenizer_corpus(tmp_path):
+    """trainer.sft.split overrides env.train_split for SFT and the tokenizer corpus (not for RL); a
+    split the env lacks is a usage error naming the key that set it."""
+    from agentrl.data.demonstrations import corpus_texts, demonstration_split
+    from agentrl.errors import UsageError
+    from agentrl.policy_init import corpus_builder
+
+    def cfg(*extra):
+        return load_config("textcraft_grpo_tiny", ["tokenizer.corpus_tasks=3", f"trainer.output_dir={tmp_path}",
+                                                   *extra])
+
+    assert demonstration_split(cfg()) == "pool_depth2"
+    rl_elsewhere = cfg("env.train_split=pool_depth2_test", "trainer.sft.split=pool_depth2")
+    assert demonstration_split(rl_elsewhere) == "pool_depth2"
+    assert rl_elsewhere.env.train_split == "pool_depth2_test"
+    settings = dict(history_length=2, think=False, style="compact", show_admissible=False, recovery_variants=1)
+    on_pool = corpus_texts("textcraft", {"max_steps": 12}, "pool_depth2", 3, **settings)
+    on_test = corpus_texts("textcraft", {"max_steps": 12}, "pool_depth2_test", 3, **settings)
+    assert on_pool != on_test  # other layouts, other texts: the comparison below can tell them apart
+    assert corpus_builder(rl_elsewhere)() == on_pool
+    assert corpus_builder(cfg("env.train_split=pool_depth2_test"))() == on_test
+    for bad, key in ((("trainer.sft.split=pool_depth3",), "trainer.sft.split='pool_depth3'"),
+                     (("env.train_split=pool_depth3",), "env.train_split='pool_depth3'")):
+        with pytest.raises(UsageError, match=f"{key} is not a split of textcraft; available: .*pool_depth2"):
+            demonstration_split(cfg(*bad))

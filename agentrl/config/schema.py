@@ -229,6 +229,9 @@ class SftConfig:
     epochs: float = F(3.0, "passes over the demonstrations", gt=0)
     lr: float = F(1e-3, "SFT learning rate", gt=0)
     batch_size: int = F(32, "(prompt, action) pairs per optimizer step", min=1)
+    split: Optional[str] = F(None, "split whose expert demonstrations SFT and the tokenizer corpus use; null = "
+                             "env.train_split (set it to warm-start on one split and run RL on another, e.g. RL on "
+                             "pool_depth2_wide after SFT on pool_depth2)")
     recovery_variants: int = F(0, "per expert episode, up to this many recovery variants: the expert does the last "
                                "action of a run once too often (longest runs first), then goes on with its plan; "
                                "only the steps after the extra action are trained, so the policy learns to recover "

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from agentrl.envs import TaskRef, make_env
+from agentrl.errors import UsageError
 from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
 from agentrl.rollout.parsing import LOWERCASE_ENVS
 
@@ -111,6 +112,20 @@ def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | No
         if terminated or truncated:
             break
     return (steps if info.get("won") else []), actions
+
+
+def demonstration_split(cfg) -> str:
+    """The split whose expert episodes SFT and the tokenizer corpus use: ``trainer.sft.split``, or
+    ``env.train_split`` when that is unset. A split the environment does not have is a usage error
+    naming the key that set it."""
+    from agentrl.run_state import TaskSchedule
+
+    split, key = (cfg.trainer.sft.split, "trainer.sft.split") if cfg.trainer.sft.split else \
+        (cfg.env.train_split, "env.train_split")
+    sizes = TaskSchedule.split_sizes(cfg.env)
+    if split not in sizes:
+        raise UsageError(f"{key}={split!r} is not a split of {cfg.env.name}; available: {', '.join(sorted(sizes))}")
+    return split
 
 
 def demonstration_env_kwargs(cfg) -> dict:
