@@ -160,12 +160,18 @@ class TaskSchedule:
         return dict(cls.env_for(env_cfg).split_sizes())
 
     @classmethod
-    def for_split(cls, env_cfg, seed: int) -> "TaskSchedule":
+    def checked_split_size(cls, env_cfg, split: str, key: str) -> int:
+        """The number of tasks in ``split``; a usage error naming ``key`` (the setting that chose the
+        split) when the environment has no such split."""
         sizes = cls.split_sizes(env_cfg)
-        if env_cfg.train_split not in sizes:
-            raise UsageError(f"env.train_split={env_cfg.train_split!r} is not a split of {env_cfg.name}; "
-                             f"available: {', '.join(sorted(sizes))}")
-        return cls(env_cfg.train_split, sizes[env_cfg.train_split], env_cfg.tasks_per_iteration, seed)
+        if split not in sizes:
+            raise UsageError(f"{key}={split!r} is not a split of {env_cfg.name}; available: {', '.join(sorted(sizes))}")
+        return sizes[split]
+
+    @classmethod
+    def for_split(cls, env_cfg, seed: int) -> "TaskSchedule":
+        size = cls.checked_split_size(env_cfg, env_cfg.train_split, "env.train_split")
+        return cls(env_cfg.train_split, size, env_cfg.tasks_per_iteration, seed)
 
     @functools.lru_cache(maxsize=4)
     def _epoch_order(self, epoch: int) -> tuple[int, ...]:

@@ -38,8 +38,10 @@ def warm_start_settings(cfg: Config) -> dict:
     demonstrations come from (``trainer.sft.split`` or ``env.train_split``), so a run doing RL on
     another split finds the warm start of a run that trained on the demonstration split, and
     keys made before ``trainer.sft.split`` existed stay the same."""
+    from agentrl.data.demonstrations import demonstration_split
+
     env = dataclasses.asdict(cfg.env)
-    env["train_split"] = cfg.trainer.sft.split or cfg.env.train_split
+    env["train_split"] = demonstration_split(cfg)
     rollout = dataclasses.asdict(cfg.rollout)
     sft = {k: v for k, v in dataclasses.asdict(cfg.trainer.sft).items() if k not in SFT_KEYS_NOT_IN_KEY}
     return {"agentrl": agentrl.__version__, "model": dataclasses.asdict(cfg.model),

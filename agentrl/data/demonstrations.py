@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from agentrl.envs import TaskRef, make_env
-from agentrl.errors import UsageError
 from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
 from agentrl.rollout.parsing import LOWERCASE_ENVS
 
@@ -122,9 +121,7 @@ def demonstration_split(cfg) -> str:
 
     split, key = (cfg.trainer.sft.split, "trainer.sft.split") if cfg.trainer.sft.split else \
         (cfg.env.train_split, "env.train_split")
-    sizes = TaskSchedule.split_sizes(cfg.env)
-    if split not in sizes:
-        raise UsageError(f"{key}={split!r} is not a split of {cfg.env.name}; available: {', '.join(sorted(sizes))}")
+    TaskSchedule.checked_split_size(cfg.env, split, key)
     return split
 
 
