@@ -211,3 +211,43 @@ def test_play_search_expert_wins_default_generated_simple_games():
         actions, won = play_search_expert(load_engine_env(game["game"]), max_steps=60)
         assert won and actions[-1].startswith("move ")
         assert len(actions) >= len(game["game"]["walkthrough"])  # never shorter than the omniscient plan
+
+
+@engine
+def test_env_kwargs_choose_the_generated_sets_solver_rooms_and_families(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from agentrl.envs import TaskRef, make_env
+    from agentrl.envs.alfworld.data import generated_set_key, generation_options
+    from agentrl.envs.alfworld.generate import room_kind
+
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    counts = {"train": 2, "valid_unseen": 1}
+    kwargs = dict(generated_counts=counts, generated_seed=5, generated_solver="search",
+                  generated_rooms=["bathroom"], generated_task_types=["pick_and_place_simple"])
+    env = make_env("alfworld", **kwargs)
+    assert env.data_dir.startswith(str(tmp_path)) and env.split_sizes() == counts
+    with open(os.path.join(env.data_dir, "COMPLETE")) as f:
+        assert json.load(f)["solver"] == "search"
+    for split, size in counts.items():
+        for index in range(size):
+            obs, info = env.reset(TaskRef(split, index))
+            assert info["task_type"] == "pick_and_place_simple"
+            with open(os.path.join(os.path.dirname(info["gamefile"]), "traj_data.json")) as f:
+                assert room_kind(json.load(f)["scene"]["scene_num"]) == "bathroom"
+            expert = SearchExpert(obs, info["task"])
+            for action in env.expert_actions():  # the stored walkthrough is the searching expert's
+                assert expert.act(obs, info["admissible_actions"]) == action
+                obs, reward, terminated, truncated, info = env.step(action)
+            assert info["won"]
+    # the same kwargs find the same set; defaults keep the key sets had before these options existed
+    assert make_env("alfworld", **kwargs).data_dir == env.data_dir
+    assert generated_set_key(counts, 5) == generated_set_key(counts, 5, generation_options())
+    assert os.path.basename(env.data_dir) != generated_set_key(counts, 5)
+    for bad, key in ((dict(generated_solver="oracle"), "generated_solver"),
+                     (dict(generated_rooms=["garage"]), "generated_rooms"),
+                     (dict(generated_task_types=["pick_three"]), "generated_task_types")):
+        with pytest.raises(ValueError, match=key):
+            make_env("alfworld", generated_counts=counts, **bad)

@@ -12,6 +12,8 @@ import time
 
 
 def add_cli(subparsers) -> None:
+    from agentrl.envs.alfworld.generate import SOLVERS
+
     parser = subparsers.add_parser("alfworld", help="ALFWorld tools: generate games, benchmark the engine",
                                    description="ALFWorld tools (real alfworld/TextWorld engine).")
     sub = parser.add_subparsers(dest="alfworld_command", metavar="TOOL", required=True)
@@ -26,7 +28,7 @@ def add_cli(subparsers) -> None:
                      help="games in each of valid_seen and valid_unseen (default: max(6, n // 4))")
     gen.add_argument("--seed", type=int, default=0, help="generation seed (default: %(default)s)")
     gen.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    gen.add_argument("--solver", choices=("expert", "planner", "search"), default="expert",
+    gen.add_argument("--solver", choices=SOLVERS, default="expert",
                      help="expert: fast omniscient expert; planner: the engine's Fast Downward planner "
                      "(minutes per game on large scenes); search: the searching expert (no hidden "
                      "information; games it cannot win in 50 steps are resampled). Default: %(default)s")

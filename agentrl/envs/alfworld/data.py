@@ -6,8 +6,9 @@ Resolution order (:func:`resolve_data_dir`):
 2. ``$ALFWORLD_DATA`` when it holds the official layout (``alfworld-download`` puts it there);
 3. a generated set under ``$AGENTRL_CACHE_DIR/alfworld/<key>`` (default
    ``~/.cache/agentrl/alfworld/<key>``), created on first use. The key hashes the generator
-   version, the ``alfworld`` version, the domain and grammar texts and the recipe (counts, seed),
-   so a new engine or generator never reuses stale games.
+   version, the ``alfworld`` version, the domain and grammar texts and the recipe (counts, seed,
+   and the solver, room kinds and task families when they are not the defaults), so a new engine
+   or generator never reuses stale games.
 
 Importing the ``alfworld`` package sets ``ALFWORLD_DATA`` to ``~/.cache/alfworld`` when it is
 unset, so the variable alone does not mean the data is there: the layout is checked.
@@ -29,6 +30,32 @@ from agentrl.envs.alfworld.tasks import has_official_layout
 # The generated set made on first use: small enough for CPU runs and tests, all six types per split.
 DEFAULT_GENERATED_COUNTS = {"train": 144, "valid_seen": 36, "valid_unseen": 36}
 DEFAULT_GENERATED_SEED = 0
+DEFAULT_GENERATED_SOLVER = "expert"
+
+
+def generation_options(solver: str = DEFAULT_GENERATED_SOLVER, rooms=None, task_types=None) -> dict:
+    """The generator's options beyond counts and seed, checked and in canonical form (tuples without
+    repeats, ``None`` for "all"; task families keep their order, which deals them to the games):
+    env kwargs ``generated_solver``, ``generated_rooms`` and
+    ``generated_task_types`` select the solver whose walkthroughs are stored and restrict the
+    room kinds and task families of a generated set."""
+    from agentrl.envs.alfworld.generate import ROOM_KINDS, SOLVERS
+    from agentrl.envs.alfworld.tasks import TASK_TYPES
+
+    def checked(values, allowed, key):
+        if values is None:
+            return None
+        values = (values,) if isinstance(values, str) else tuple(values)
+        unknown = sorted(set(values) - set(allowed))
+        if unknown or not values:
+            raise ValueError(f"env.kwargs.{key}: unknown {unknown or 'empty list'}; choose from {list(allowed)} "
+                             "or leave it unset for all")
+        return tuple(dict.fromkeys(values))
+
+    if solver not in SOLVERS:
+        raise ValueError(f"env.kwargs.generated_solver: unknown solver {solver!r}; choose from {list(SOLVERS)}")
+    return {"solver": solver, "rooms": checked(rooms, ROOM_KINDS, "generated_rooms"),
+            "task_types": checked(task_types, TASK_TYPES, "generated_task_types")}
 
 
 def cache_root() -> str:
@@ -37,16 +64,20 @@ def cache_root() -> str:
     return os.path.join(base, "alfworld")
 
 
-def generated_set_key(counts: dict[str, int], seed: int) -> str:
+def generated_set_key(counts: dict[str, int], seed: int, options: dict | None = None) -> str:
     from importlib.metadata import version
 
     from agentrl.envs.alfworld.generate import GENERATOR_VERSION, game_logic
 
     logic = game_logic()
-    payload = json.dumps({"generator": GENERATOR_VERSION, "alfworld": version("alfworld"),
-                          "domain": hashlib.sha256(logic["pddl_domain"].encode()).hexdigest(),
-                          "grammar": hashlib.sha256(logic["grammar"].encode()).hexdigest(),
-                          "counts": dict(sorted(counts.items())), "seed": seed}, sort_keys=True)
+    fields = {"generator": GENERATOR_VERSION, "alfworld": version("alfworld"),
+              "domain": hashlib.sha256(logic["pddl_domain"].encode()).hexdigest(),
+              "grammar": hashlib.sha256(logic["grammar"].encode()).hexdigest(),
+              "counts": dict(sorted(counts.items())), "seed": seed}
+    # only options that differ from the defaults enter the key, so sets made before they existed keep theirs
+    defaults = generation_options()
+    fields.update({k: v for k, v in (options or defaults).items() if v != defaults[k]})
+    payload = json.dumps(fields, sort_keys=True)
     return f"gen{GENERATOR_VERSION}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
 
 
@@ -62,8 +93,9 @@ def _file_lock(path: str):
 
 
 def ensure_generated_set(counts: dict[str, int] | None = None, seed: int = DEFAULT_GENERATED_SEED,
-                         workers: int | None = None, verbose: bool = True) -> str:
-    """The directory of the generated set for ``(counts, seed)``, generating it if absent.
+                         workers: int | None = None, verbose: bool = True, options: dict | None = None) -> str:
+    """The directory of the generated set for ``(counts, seed, options)`` (options: see
+    :func:`generation_options`), generating it if absent.
 
     Concurrent callers (several env processes) wait on a file lock; the set is written to a
     temporary directory and renamed into place, so a killed generation leaves nothing half-made.
@@ -71,7 +103,8 @@ def ensure_generated_set(counts: dict[str, int] | None = None, seed: int = DEFAU
     from agentrl.envs.alfworld.generate import generate_dataset
 
     counts = dict(counts or DEFAULT_GENERATED_COUNTS)
-    root = os.path.join(cache_root(), generated_set_key(counts, seed))
+    options = options or generation_options()
+    root = os.path.join(cache_root(), generated_set_key(counts, seed, options))
     if os.path.isfile(os.path.join(root, "COMPLETE")):
         return root
     with _file_lock(root + ".lock"):
@@ -84,9 +117,9 @@ def ensure_generated_set(counts: dict[str, int] | None = None, seed: int = DEFAU
         start = time.perf_counter()
         tmp = tempfile.mkdtemp(prefix=".partial-", dir=os.path.dirname(root))
         try:
-            generate_dataset(tmp, counts, seed=seed, workers=workers)
+            generate_dataset(tmp, counts, seed=seed, workers=workers, **options)
             with open(os.path.join(tmp, "COMPLETE"), "w") as f:
-                json.dump({"counts": counts, "seed": seed,
+                json.dump({"counts": counts, "seed": seed, **options,
                            "seconds": round(time.perf_counter() - start, 1)}, f)
             if os.path.isdir(root):
                 shutil.rmtree(root)
@@ -101,8 +134,10 @@ def ensure_generated_set(counts: dict[str, int] | None = None, seed: int = DEFAU
 
 
 def resolve_data_dir(data_dir: str | None = None, generated_counts: dict[str, int] | None = None,
-                     generated_seed: int = DEFAULT_GENERATED_SEED) -> str:
+                     generated_seed: int = DEFAULT_GENERATED_SEED, generated_solver: str = DEFAULT_GENERATED_SOLVER,
+                     generated_rooms=None, generated_task_types=None) -> str:
     """The root directory (holding ``json_2.1.1``) the env serves games from."""
+    options = generation_options(generated_solver, generated_rooms, generated_task_types)
     if data_dir is not None:
         data_dir = os.path.expanduser(os.path.expandvars(data_dir))
         if not has_official_layout(data_dir):
@@ -114,4 +149,4 @@ def resolve_data_dir(data_dir: str | None = None, generated_counts: dict[str, in
     env_dir = os.environ.get("ALFWORLD_DATA")
     if env_dir and has_official_layout(os.path.expanduser(env_dir)):
         return os.path.expanduser(env_dir)
-    return ensure_generated_set(generated_counts, generated_seed)
+    return ensure_generated_set(generated_counts, generated_seed, options=options)

@@ -44,11 +44,13 @@ class ALFWorldEnv(TextEnv):
 
     def __init__(self, max_steps: int = 50, data_dir: str | None = None, strip_banner: bool = True,
                  generated_counts: dict[str, int] | None = None, generated_seed: int = 0,
-                 room_in_task: bool = False):
+                 generated_solver: str = "expert", generated_rooms: list[str] | None = None,
+                 generated_task_types: list[str] | None = None, room_in_task: bool = False):
         super().__init__(max_steps=max_steps)
         from agentrl.envs.alfworld.data import resolve_data_dir
 
-        self.data_dir = resolve_data_dir(data_dir, generated_counts, generated_seed)
+        self.data_dir = resolve_data_dir(data_dir, generated_counts, generated_seed, generated_solver,
+                                         generated_rooms, generated_task_types)
         self.strip_banner = bool(strip_banner)
         self.room_in_task = bool(room_in_task)
         self._engine = None

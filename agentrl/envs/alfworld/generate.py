@@ -34,6 +34,7 @@ from agentrl.envs.alfworld.tasks import (
     DATA_SUBDIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE, VALID_UNSEEN_SCENES)
 
 GENERATOR_VERSION = 1
+SOLVERS = ("expert", "planner", "search")
 GRID = 0.25  # metres per navigation grid step (ALFRED's AGENT_STEP_SIZE)
 MAX_INSTANCES = 3  # at most this many instances of one object type (ALFRED's MAX_NUM_OF_OBJ_INSTANCES)
 INSTANCE_WEIGHTS = (0.7, 0.2, 0.1)

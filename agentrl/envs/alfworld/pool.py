@@ -49,9 +49,8 @@ class ALFWorldPool:
         if num_envs <= 0:
             raise ValueError(f"num_envs must be positive, got {num_envs}")
         # resolve (and generate, if needed) once here, not in every worker
-        env_kwargs["data_dir"] = resolve_data_dir(env_kwargs.get("data_dir"),
-                                                  env_kwargs.pop("generated_counts", None),
-                                                  env_kwargs.pop("generated_seed", 0))
+        generation = {key: env_kwargs.pop(key) for key in list(env_kwargs) if key.startswith("generated_")}
+        env_kwargs["data_dir"] = resolve_data_dir(env_kwargs.get("data_dir"), **generation)
         self.num_envs = num_envs
         self.workers = max(1, min(workers or os.cpu_count() or 1, num_envs))
         method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
