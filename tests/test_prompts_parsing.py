@@ -1,5 +1,6 @@
 """Prompt building (history window, templates) and response parsing (validity, fallbacks)."""
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from agentrl.rollout.parsing import parse_response
@@ -29,6 +30,14 @@ def test_history_window_shows_only_the_last_k_steps():
                                 think=False, style="compact")
     assert compact.startswith("Task: craft stick.") and "act2" in compact and "act1" not in compact
     assert len(compact) < len(text)
+    # compact_task_last: the same lines, the task moved after the observation and admissible list
+    last = build_prompt_text("textcraft", "craft stick.", "obs4", history, ["inventory"], history_length=2,
+                             think=False, style="compact_task_last")
+    assert sorted(last.split("\n")) == sorted(compact.split("\n"))
+    assert last.split("\n")[-2:] == ["Task: craft stick.", "Answer with <action> </action>."]
+    assert last.index("Observation: obs4") < last.index("Admissible actions") < last.index("Task:")
+    with pytest.raises(ValueError, match="compact_task_last"):
+        build_prompt_text("textcraft", "craft stick.", "obs4", history, [], style="tiny")
 
 
 def test_counted_history_merges_a_run_of_identical_steps_and_counts_them():

@@ -120,7 +120,9 @@ class RolloutConfig:
     show_admissible: bool = F(True, "list the admissible actions in the prompt (TextCraft's original protocol "
                               "has none: its recipe list is in the task)")
     prompt_style: str = F("full", "full = the reference framework's prompt wording; compact = same content, "
-                          "fewer words (tiny models)", choices=("full", "compact"))
+                          "fewer words (tiny models); compact_task_last = compact with the task line after the "
+                          "observation, next to the answer (a tiny model copies the goal's object from there)",
+                          choices=("full", "compact", "compact_task_last"))
     on_env_failure: str = F("rerun", "an episode ended by an environment failure (instance raised or hung, "
                             "env server process died or did not answer): rerun = play it "
                             "again from reset; mask = drop its steps, its group's statistics use the others",

@@ -6,7 +6,9 @@ actions, then the instruction to answer with ``<think>...</think>`` (optional) a
 ``<action>...</action>``. Step 0 (or K = 0) uses the template without history.
 
 ``style="full"`` follows verl-agent's wording structure for each environment; ``style="compact"``
-keeps the same content without the preamble sentences (shorter prompts for tiny CPU models).
+keeps the same content without the preamble sentences (shorter prompts for tiny CPU models);
+``style="compact_task_last"`` moves its task line after the observation, next to the answer, where
+a tiny model finds the goal's object to copy into ``take``/``move`` (ALFWorld, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -113,18 +115,21 @@ def build_prompt_text(env_name: str, task: str, observation: str, history: Histo
     use_history = bool(window)
     shown = sum(steps for _, steps in window)
     rendered = history.render(window)
-    if style == "compact":
-        lines.append(f"Task: {task}")
+    if style in ("compact", "compact_task_last"):
+        if style == "compact":
+            lines.append(f"Task: {task}")
         if use_history:
             lines.append(f"Last {shown} of {steps_done} steps:\n{rendered}")
         if observation != task:
             lines.append(f"Observation: {observation}")
         if actions:
             lines.append(f"Admissible actions: [{actions}]")
+        if style == "compact_task_last":
+            lines.append(f"Task: {task}")
         lines.append("Answer with <action> </action>." if not think else instruction)
         return "\n".join(lines)
     if style != "full":
-        raise ValueError(f"unknown prompt style {style!r}: use full or compact")
+        raise ValueError(f"unknown prompt style {style!r}: use full, compact or compact_task_last")
     preamble = PREAMBLE.get(env_name, "You are an expert agent.")
     if not use_history:
         lines.append(f"{preamble} Your task is to: {task}")
