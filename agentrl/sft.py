@@ -103,7 +103,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                                  think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
                                  show_admissible=cfg.rollout.show_admissible,
                                  count_repeats=env.history_count_repeats,
-                                 recovery_variants=sft.recovery_variants))
+                                 recovery_variants=sft.recovery_variants,
+                                 workers=sft.demonstration_workers))
     if not demos:
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {split!r}")
     examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]

@@ -27,10 +27,11 @@ from agentrl.config import Config
 # the environment and rollout settings that shape the demonstrations, prompts and tokenizer corpus
 ENV_KEYS = ("name", "max_steps", "train_split", "history_length", "history_count_repeats", "kwargs")
 ROLLOUT_KEYS = ("max_prompt_tokens", "prompt_truncation", "enable_thinking", "show_admissible", "prompt_style")
-# trainer.sft settings that say where or whether SFT runs, not what it trains: the same warm start is
-# found through "runs/cache", "./runs/cache" or an absolute path, and with enabled=auto or true; the
-# split is keyed as env.train_split, the split the demonstrations come from
-SFT_KEYS_NOT_IN_KEY = ("cache_dir", "enabled", "split")
+# trainer.sft settings that say where, whether or how fast SFT runs, not what it trains: the same warm
+# start is found through "runs/cache", "./runs/cache" or an absolute path, with enabled=auto or true and
+# with any number of demonstration workers; the split is keyed as env.train_split, the split the
+# demonstrations come from
+SFT_KEYS_NOT_IN_KEY = ("cache_dir", "enabled", "split", "demonstration_workers")
 
 
 def warm_start_settings(cfg: Config) -> dict:

@@ -42,6 +42,8 @@ def test_key_does_not_depend_on_how_the_cache_dir_is_spelled(tmp_path, monkeypat
     for spelling in ("cache", "./cache", str(tmp_path / "cache") + "/"):
         assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", f"trainer.sft.cache_dir={spelling}")) == base
     assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.enabled=true")) == base
+    # how many processes play the demonstrations does not change them
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.demonstration_workers=2")) == base
 
 
 def test_time_bounded_sft_is_not_cached(tmp_path):

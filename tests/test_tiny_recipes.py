@@ -101,6 +101,23 @@ def test_expert_episodes_are_played_once_per_process_and_settings(monkeypatch):
     assert "(3 times)" in [d for d in counted if d.step == len(counted) - 1][0].prompt and "times)" not in last
 
 
+def test_demonstrations_played_in_worker_processes_equal_the_serial_ones(monkeypatch):
+    from agentrl.data import demonstrations
+
+    settings = dict(history_length=2, think=False, style="compact", show_admissible=False, recovery_variants=1)
+    indices = [5, 0, 3, 1, 4, 2, 0]
+    monkeypatch.setattr(demonstrations, "_EPISODE_CACHE", type(demonstrations._EPISODE_CACHE)())
+    serial = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", indices, **settings))
+    monkeypatch.setattr(demonstrations, "_EPISODE_CACHE", type(demonstrations._EPISODE_CACHE)())
+    played_here = []
+    monkeypatch.setattr(demonstrations, "make_env", lambda *a, **k: played_here.append(a) or pytest.fail("serial"))
+    parallel = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", indices,
+                                                   workers=2, **settings))
+    # same demonstrations in the same order (the repeated index too), none played in this process
+    assert serial and parallel == serial and not played_here
+    assert [d.task.index for d in parallel if d.step == 0 and not d.recovery] == indices
+
+
 def test_overshoot_points_take_the_longest_runs_first():
     from agentrl.data.demonstrations import overshoot_points
 

@@ -238,6 +238,9 @@ class SftConfig:
                                "action of a run once too often (longest runs first), then goes on with its plan; "
                                "only the steps after the extra action are trained, so the policy learns to recover "
                                "from an overshoot it makes itself (docs/quickstart.md); 0 = off", min=0)
+    demonstration_workers: int = F(1, "processes that play the expert episodes for SFT and the tokenizer corpus "
+                                   "(ALFWorld loads each game in ~0.6-3 s; the demonstrations do not depend on it)",
+                                   min=1)
     max_minutes: float = F(0.0, "stop SFT after this many minutes; 0 = no limit (a time bound makes the warm start "
                            "depend on the machine's load)", min=0)
     cache_dir: str = F("", "reuse warm starts across runs: a directory holding one finished SFT model per set of "

@@ -41,14 +41,23 @@ EPISODE_CACHE_SIZE = 8192
 
 def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequence[int], *, history_length: int,
                     think: bool, style: str, show_admissible: bool = True,
-                    count_repeats: bool = False, recovery_variants: int = 0) -> Iterator[Demonstration]:
+                    count_repeats: bool = False, recovery_variants: int = 0,
+                    workers: int = 1) -> Iterator[Demonstration]:
     """Play the expert on each task and yield one demonstration per step (only won episodes), then
     those of up to ``recovery_variants`` recovery variants of the episode (see the module text).
 
-    Episodes already played in this process with the same settings come from a cache.
+    Episodes already played in this process with the same settings come from a cache. With
+    ``workers`` > 1 the episodes not in it are first played in that many processes (each with its
+    own env; ALFWorld spends ~0.6-3 s loading a game); the demonstrations are the same either way.
     """
     settings = (env_name, tuple(sorted((k, repr(v)) for k, v in env_kwargs.items())), split, history_length, think,
                 style, show_admissible, count_repeats, recovery_variants)
+    prompt = dict(history_length=history_length, think=think, style=style, count_repeats=count_repeats)
+    missing = list(dict.fromkeys(int(i) for i in indices if settings + (int(i),) not in _EPISODE_CACHE))
+    if workers > 1 and len(missing) > 1:
+        for index, demos in _play_in_processes(env_name, env_kwargs, split, missing, prompt, show_admissible,
+                                               recovery_variants, workers):
+            _remember(settings + (index,), demos)
     env = None
     for index in indices:
         key = settings + (int(index),)
@@ -56,12 +65,38 @@ def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequen
             _EPISODE_CACHE.move_to_end(key)
         else:
             env = env or make_env(env_name, **dict(env_kwargs))
-            prompt = dict(history_length=history_length, think=think, style=style, count_repeats=count_repeats)
-            _EPISODE_CACHE[key] = _play_expert(env, env_name, TaskRef(split, int(index)), prompt, show_admissible,
-                                               recovery_variants)
-            if len(_EPISODE_CACHE) > EPISODE_CACHE_SIZE:
-                _EPISODE_CACHE.popitem(last=False)
+            _remember(key, _play_expert(env, env_name, TaskRef(split, int(index)), prompt, show_admissible,
+                                        recovery_variants))
         yield from _EPISODE_CACHE[key]
+
+
+def _remember(key: tuple, demos: list[Demonstration]) -> None:
+    _EPISODE_CACHE[key] = demos
+    if len(_EPISODE_CACHE) > EPISODE_CACHE_SIZE:
+        _EPISODE_CACHE.popitem(last=False)
+
+
+def _play_in_processes(env_name: str, env_kwargs: dict, split: str, indices: list[int], prompt: dict,
+                       show_admissible: bool, recovery_variants: int, workers: int):
+    """``(index, demonstrations)`` of every index, played in ``workers`` spawned processes, each
+    taking every ``workers``-th index (games of one family are spread evenly)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(workers, len(indices))
+    chunks = [indices[w::workers] for w in range(workers)]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_play_chunk, env_name, dict(env_kwargs), split, chunk, prompt, show_admissible,
+                               recovery_variants) for chunk in chunks]
+        for future in futures:
+            yield from future.result()
+
+
+def _play_chunk(env_name: str, env_kwargs: dict, split: str, indices: list[int], prompt: dict,
+                show_admissible: bool, recovery_variants: int) -> list[tuple[int, list[Demonstration]]]:
+    env = make_env(env_name, **env_kwargs)
+    return [(index, _play_expert(env, env_name, TaskRef(split, index), prompt, show_admissible, recovery_variants))
+            for index in indices]
 
 
 def _play_expert(env, env_name: str, task: TaskRef, prompt: dict, show_admissible: bool,
@@ -132,7 +167,7 @@ def demonstration_env_kwargs(cfg) -> dict:
 
 def corpus_texts(env_name: str, env_kwargs: dict, split: str, num_tasks: int, *, history_length: int, think: bool,
                  style: str, show_admissible: bool = True, split_size: int | None = None,
-                 count_repeats: bool = False, recovery_variants: int = 0) -> list[str]:
+                 count_repeats: bool = False, recovery_variants: int = 0, workers: int = 1) -> list[str]:
     """Texts for tokenizer training: rendered prompts and responses of expert episodes."""
     env = make_env(env_name, **dict(env_kwargs))
     size = split_size or env.split_sizes()[split]
@@ -140,4 +175,4 @@ def corpus_texts(env_name: str, env_kwargs: dict, split: str, num_tasks: int, *,
     return [f"user\n{d.prompt}\nassistant\n{d.response}\n" for d in
             expert_episodes(env_name, env_kwargs, split, indices, history_length=history_length, think=think,
                             style=style, show_admissible=show_admissible, count_repeats=count_repeats,
-                            recovery_variants=recovery_variants)]
+                            recovery_variants=recovery_variants, workers=workers)]
