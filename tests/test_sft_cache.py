@@ -88,3 +88,28 @@ def test_key_follows_the_split_the_demonstrations_come_from(tmp_path):
                                  "trainer.sft.split=pool_depth2")) == base
     assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "env.train_split=pool_depth2_wide")) != base
     assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.split=pool_depth2_wide")) != base
+
+
+def test_action_accuracy_script_scores_every_expert_step_by_kind(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from agentrl.data.demonstrations import expert_episodes
+    from agentrl.rollout.parsing import parse_response
+
+    cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=acc")
+    model_dir = starting_policy(cfg, RunDirectory.create(cfg, None))
+    path = Path(__file__).resolve().parents[1] / "scripts" / "sft_action_accuracy.py"
+    spec = importlib.util.spec_from_file_location("sft_action_accuracy", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([f"checkpoint={model_dir}", "split=pool_depth2_test", "tasks=6"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    demos = list(expert_episodes("textcraft", {"max_steps": cfg.env.max_steps}, "pool_depth2_test", range(6),
+                                 history_length=cfg.env.history_length, think=False, style=cfg.rollout.prompt_style,
+                                 show_admissible=cfg.rollout.show_admissible))
+    kinds = [parse_response(d.response, "textcraft").action.split()[0] for d in demos]
+    accuracy = report["accuracy"]
+    assert accuracy["all"]["steps"] == len(demos) and report["split"] == "pool_depth2_test"
+    assert {k: v["steps"] for k, v in accuracy.items() if k != "all"} == {k: kinds.count(k) for k in set(kinds)}
+    assert sum(v["right"] for k, v in accuracy.items() if k != "all") == accuracy["all"]["right"]
