@@ -18,7 +18,8 @@ from typing import Callable
 
 import torch
 
-from agentrl.data.demonstrations import Demonstration, demonstration_env_kwargs, demonstration_split, expert_episodes
+from agentrl.data.demonstrations import (
+    Demonstration, demonstration_env_kwargs, demonstration_split, expert_episodes, repeat_by_action)
 from agentrl.envs import make_env
 from agentrl.models import load_model, load_tokenizer
 from agentrl.models.tokenizer import IM_END
@@ -107,6 +108,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                                  workers=sft.demonstration_workers))
     if not demos:
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {split!r}")
+    episodes, recovery_examples = sum(d.step == 0 for d in demos), sum(d.recovery for d in demos)
+    demos = repeat_by_action(demos, sft.action_repeats, env.name)
     examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]
     steps_per_epoch = math.ceil(len(examples) / sft.batch_size)
     total_steps = max(1, int(steps_per_epoch * sft.epochs))
@@ -143,8 +146,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     tmp = out_dir.with_name(out_dir.name + ".partial")
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
-    summary = {"examples": len(examples), "episodes": sum(d.step == 0 for d in demos),
-               "recovery_examples": sum(d.recovery for d in demos), "tokens": tokens,
+    summary = {"examples": len(examples), "episodes": episodes, "recovery_examples": recovery_examples,
+               "repeated_examples": len(examples) - len(set(map(id, demos))), "tokens": tokens,
                "steps": step, "planned_steps": total_steps, "final_loss_ema": loss_ema,
                "minutes": (time.time() - start) / 60}
     (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 
@@ -32,7 +33,7 @@ def test_key_ignores_the_estimator_and_rl_settings_but_not_the_warm_start_ones(t
                                  "env.group_size=4")) == base
     for change in ("trainer.seed=1", "trainer.sft.epochs=2", "model.tiny.hidden_size=64",
                    "rollout.max_prompt_tokens=128", "env.history_length=1", "env.history_count_repeats=true",
-                   "trainer.sft.recovery_variants=0"):
+                   "trainer.sft.recovery_variants=0", "trainer.sft.action_repeats.get=2"):
         assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", change)) != base, change
 
 
@@ -113,3 +114,15 @@ def test_action_accuracy_script_scores_every_expert_step_by_kind(tmp_path, capsy
     assert accuracy["all"]["steps"] == len(demos) and report["split"] == "pool_depth2_test"
     assert {k: v["steps"] for k, v in accuracy.items() if k != "all"} == {k: kinds.count(k) for k in set(kinds)}
     assert sum(v["right"] for k, v in accuracy.items() if k != "all") == accuracy["all"]["right"]
+
+
+def test_action_repeats_add_the_repeated_examples_to_each_epoch(tmp_path):
+    plain_cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=plain", "trainer.sft.cache_dir=''")
+    plain = json.loads((Path(starting_policy(plain_cfg, RunDirectory.create(plain_cfg, None))) /
+                        "sft_summary.json").read_text())
+    cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=more", "trainer.sft.cache_dir=''",
+                      "trainer.sft.action_repeats.get=3")
+    more = json.loads((Path(starting_policy(cfg, RunDirectory.create(cfg, None))) / "sft_summary.json").read_text())
+    assert plain["repeated_examples"] == 0 and more["repeated_examples"] > 0
+    assert more["examples"] == plain["examples"] + more["repeated_examples"]
+    assert more["episodes"] == plain["episodes"]

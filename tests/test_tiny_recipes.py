@@ -118,6 +118,23 @@ def test_demonstrations_played_in_worker_processes_equal_the_serial_ones(monkeyp
     assert [d.task.index for d in parallel if d.step == 0 and not d.recovery] == indices
 
 
+def test_action_repeats_balance_rare_decisions_and_reject_bad_settings():
+    from agentrl.data import demonstrations
+    from agentrl.errors import UsageError
+
+    settings = dict(history_length=2, think=False, style="compact", show_admissible=False)
+    demos = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0, 1, 2], **settings))
+    kinds = [d.response.removeprefix("<action>").split()[0] for d in demos]
+    assert "get" in kinds and "craft" in kinds
+    repeated = demonstrations.repeat_by_action(demos, {"get": 3}, "textcraft")
+    assert len(repeated) == len(demos) + 2 * kinds.count("get")
+    expected = [d for d, kind in zip(demos, kinds) for _ in range(3 if kind == "get" else 1)]
+    assert repeated == expected and demonstrations.repeat_by_action(demos, {}, "textcraft") == demos
+    for bad, match in (({"get": 0}, "whole number"), ({"get": 1.5}, "whole number"), ({"take": 2}, "take")):
+        with pytest.raises(UsageError, match=match):
+            demonstrations.repeat_by_action(demos, bad, "textcraft")
+
+
 def test_overshoot_points_take_the_longest_runs_first():
     from agentrl.data.demonstrations import overshoot_points
 

@@ -238,6 +238,10 @@ class SftConfig:
                                "action of a run once too often (longest runs first), then goes on with its plan; "
                                "only the steps after the extra action are trained, so the policy learns to recover "
                                "from an overshoot it makes itself (docs/quickstart.md); 0 = off", min=0)
+    action_repeats: dict = F(help="class balance: a demonstration whose action starts with KEY appears VALUE times "
+                             "per epoch, e.g. {take: 5} (ALFWorld's pick tasks have one take step in ~12; without "
+                             "it a tiny model never learned to take the goal's object, docs/benchmarks.md); "
+                             "{} = each once", factory=dict)
     demonstration_workers: int = F(1, "processes that play the expert episodes for SFT and the tokenizer corpus "
                                    "(ALFWorld loads each game in ~0.6-3 s; the demonstrations do not depend on it)",
                                    min=1)

@@ -148,6 +148,26 @@ def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | No
     return (steps if info.get("won") else []), actions
 
 
+def repeat_by_action(demos: list[Demonstration], repeats: dict, env_name: str) -> list[Demonstration]:
+    """Each demonstration ``repeats[kind]`` times in a row (``kind``: its action's first word; others
+    once): ``trainer.sft.action_repeats``, class balance for decisions the expert takes rarely."""
+    from agentrl.errors import UsageError
+    from agentrl.rollout.parsing import parse_response
+
+    for kind, count in repeats.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise UsageError(f"trainer.sft.action_repeats.{kind}={count!r}: expected a whole number >= 1 "
+                             "(how many times each such demonstration appears per epoch)")
+    if not repeats:
+        return list(demos)
+    kinds = [(parse_response(d.response, env_name).action.split() or [""])[0] for d in demos]
+    unused = sorted(set(repeats) - set(kinds))
+    if unused:
+        raise UsageError(f"trainer.sft.action_repeats names {unused}, which no demonstration's action starts with "
+                         f"(actions start with {sorted(set(kinds))})")
+    return [d for d, kind in zip(demos, kinds) for _ in range(repeats.get(kind, 1))]
+
+
 def demonstration_split(cfg) -> str:
     """The split whose expert episodes SFT and the tokenizer corpus use: ``trainer.sft.split``, or
     ``env.train_split`` when that is unset. A split the environment does not have is a usage error
