@@ -108,7 +108,7 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                                  workers=sft.demonstration_workers))
     if not demos:
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {split!r}")
-    episodes, recovery_examples = sum(d.step == 0 for d in demos), sum(d.recovery for d in demos)
+    episodes, recovery_examples, played = sum(d.step == 0 for d in demos), sum(d.recovery for d in demos), len(demos)
     demos = repeat_by_action(demos, sft.action_repeats, env.name)
     examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]
     steps_per_epoch = math.ceil(len(examples) / sft.batch_size)
@@ -147,7 +147,7 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     summary = {"examples": len(examples), "episodes": episodes, "recovery_examples": recovery_examples,
-               "repeated_examples": len(examples) - len(set(map(id, demos))), "tokens": tokens,
+               "repeated_examples": len(demos) - played, "tokens": tokens,
                "steps": step, "planned_steps": total_steps, "final_loss_ema": loss_ema,
                "minutes": (time.time() - start) / 60}
     (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2))

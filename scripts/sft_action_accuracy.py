@@ -20,37 +20,29 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from agentrl.cli.commands.eval import _config
-from agentrl.data.demonstrations import demonstration_env_kwargs, expert_episodes
+from agentrl.data.demonstrations import action_kind, demonstration_action, demonstration_env_kwargs, expert_episodes
 from agentrl.evaluation.runner import resolve_policy
-from agentrl.models import load_model, load_tokenizer
+from agentrl.models import load_tokenizer, stop_token_ids
+from agentrl.rollout.backends import make_backend
+from agentrl.rollout.engine import encode_prompts, make_sampling_params
 from agentrl.rollout.parsing import parse_response
-from agentrl.rollout.prompts import render_chat
+from agentrl.run_state import TaskSchedule
 
 OPTIONS = ("checkpoint", "split", "tasks", "batch")
 
 
-def action_kind(action: str) -> str:
-    return action.split()[0] if action.split() else "(empty)"
-
-
-def greedy_actions(model, tokenizer, prompts: list[str], max_prompt_tokens: int, max_new_tokens: int,
-                   env_name: str, batch: int) -> list[str]:
+def greedy_actions(cfg, model_dir: str, prompts: list[str], batch: int) -> list[str]:
+    """The policy's greedy action for each user-message text, generated as the rollout generates
+    (same backend, prompt encoding and truncation, stop tokens and response limit) at temperature 0."""
+    tokenizer = load_tokenizer(model_dir)
+    backend = make_backend("torch", model_dir)
+    sampling = make_sampling_params(cfg.rollout, stop_token_ids(tokenizer), temperature=0.0)
     actions = []
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     for start in range(0, len(prompts), batch):
-        rows = [tokenizer(render_chat(tokenizer, p), add_special_tokens=False)["input_ids"][-max_prompt_tokens:]
-                for p in prompts[start:start + batch]]
-        width = max(len(r) for r in rows)
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])        # left padding
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=pad)
-        for row in out[:, width:]:
-            actions.append(parse_response(tokenizer.decode(row, skip_special_tokens=True), env_name).action)
+        ids, _ = encode_prompts(tokenizer, prompts[start:start + batch], cfg.rollout, cfg.env.name)
+        texts = tokenizer.batch_decode([g.token_ids for g in backend.generate(ids, sampling)], skip_special_tokens=True)
+        actions += [parse_response(t, cfg.env.name, require_think=cfg.rollout.enable_thinking).action for t in texts]
     return actions
 
 
@@ -63,19 +55,16 @@ def main(argv: list[str]) -> int:
     policy = resolve_policy(Path(options["checkpoint"]), lambda text: None)
     cfg = _config({}, rest, policy.run_dir)
     split = options.get("split") or cfg.env.eval_split
-    tasks = int(options.get("tasks", 32))
+    tasks = min(int(options.get("tasks", 32)), TaskSchedule.checked_split_size(cfg.env, split, "split"))
     demos = list(expert_episodes(cfg.env.name, demonstration_env_kwargs(cfg), split, range(tasks),
                                  history_length=cfg.env.history_length, think=cfg.rollout.enable_thinking,
                                  style=cfg.rollout.prompt_style, show_admissible=cfg.rollout.show_admissible,
                                  count_repeats=cfg.env.history_count_repeats,
                                  workers=cfg.trainer.sft.demonstration_workers))
-    torch.manual_seed(0)
-    tokenizer, model = load_tokenizer(policy.model_dir), load_model(policy.model_dir, dtype=torch.float32).eval()
-    got = greedy_actions(model, tokenizer, [d.prompt for d in demos], cfg.rollout.max_prompt_tokens,
-                         cfg.rollout.max_response_tokens, cfg.env.name, int(options.get("batch", 32)))
+    got = greedy_actions(cfg, str(policy.model_dir), [d.prompt for d in demos], int(options.get("batch", 32)))
     counts = collections.defaultdict(lambda: [0, 0])
     for demo, action in zip(demos, got):
-        want = parse_response(demo.response, cfg.env.name).action
+        want = demonstration_action(demo, cfg.env.name)
         for key in (action_kind(want), "all"):
             counts[key][0] += int(action == want)
             counts[key][1] += 1

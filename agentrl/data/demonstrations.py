@@ -53,11 +53,12 @@ def expert_episodes(env_name: str, env_kwargs: dict, split: str, indices: Sequen
     settings = (env_name, tuple(sorted((k, repr(v)) for k, v in env_kwargs.items())), split, history_length, think,
                 style, show_admissible, count_repeats, recovery_variants)
     prompt = dict(history_length=history_length, think=think, style=style, count_repeats=count_repeats)
-    missing = list(dict.fromkeys(int(i) for i in indices if settings + (int(i),) not in _EPISODE_CACHE))
-    if workers > 1 and len(missing) > 1:
-        for index, demos in _play_in_processes(env_name, env_kwargs, split, missing, prompt, show_admissible,
-                                               recovery_variants, workers):
-            _remember(settings + (index,), demos)
+    if workers > 1:
+        missing = list(dict.fromkeys(int(i) for i in indices if settings + (int(i),) not in _EPISODE_CACHE))
+        if len(missing) > 1:
+            for index, demos in _play_in_processes(env_name, env_kwargs, split, missing, prompt, show_admissible,
+                                                   recovery_variants, workers):
+                _remember(settings + (index,), demos)
     env = None
     for index in indices:
         key = settings + (int(index),)
@@ -148,11 +149,23 @@ def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | No
     return (steps if info.get("won") else []), actions
 
 
-def repeat_by_action(demos: list[Demonstration], repeats: dict, env_name: str) -> list[Demonstration]:
-    """Each demonstration ``repeats[kind]`` times in a row (``kind``: its action's first word; others
-    once): ``trainer.sft.action_repeats``, class balance for decisions the expert takes rarely."""
-    from agentrl.errors import UsageError
+def action_kind(action: str) -> str:
+    """An action's kind: its first word (``go``, ``take``, ``craft``, ...; ``""`` for no action)."""
+    return (action.split() or [""])[0]
+
+
+def demonstration_action(demo: Demonstration, env_name: str) -> str:
+    """The expert action a demonstration's response holds."""
     from agentrl.rollout.parsing import parse_response
+
+    return parse_response(demo.response, env_name).action
+
+
+def repeat_by_action(demos: list[Demonstration], repeats: dict, env_name: str) -> list[Demonstration]:
+    """Each demonstration ``repeats[kind]`` times in a row (``kind``: :func:`action_kind` of its
+    action; others once): ``trainer.sft.action_repeats``, class balance for decisions the expert takes
+    rarely."""
+    from agentrl.errors import UsageError
 
     for kind, count in repeats.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -160,7 +173,7 @@ def repeat_by_action(demos: list[Demonstration], repeats: dict, env_name: str) -
                              "(how many times each such demonstration appears per epoch)")
     if not repeats:
         return list(demos)
-    kinds = [(parse_response(d.response, env_name).action.split() or [""])[0] for d in demos]
+    kinds = [action_kind(demonstration_action(d, env_name)) for d in demos]
     unused = sorted(set(repeats) - set(kinds))
     if unused:
         raise UsageError(f"trainer.sft.action_repeats names {unused}, which no demonstration's action starts with "

@@ -125,6 +125,26 @@ def make_sampling_params(rollout_cfg, stop_token_ids: Sequence[int], stop_string
                           stop_token_ids=tuple(stop_token_ids), stop_strings=tuple(stop_strings), seed=int(seed))
 
 
+def encode_prompts(tokenizer, texts: Sequence[str], rollout_cfg, env_name: str) -> tuple[list[list[int]], int]:
+    """Chat-templated token ids of user-message texts as the rollout sends them to the backend, cut
+    to ``rollout.max_prompt_tokens`` (``prompt_truncation``); also how many were left-truncated."""
+    rendered = [render_chat(tokenizer, t) for t in texts]
+    ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    limit = rollout_cfg.max_prompt_tokens
+    truncated = 0
+    for i, p in enumerate(ids):
+        if len(p) <= limit:
+            continue
+        if rollout_cfg.prompt_truncation != "left":
+            raise PromptTooLongError(
+                f"a {env_name} prompt has {len(p)} tokens, more than rollout.max_prompt_tokens={limit}; "
+                "raise the limit, shorten the prompt (env.history_length, rollout.prompt_style=compact) "
+                "or set rollout.prompt_truncation=left to keep its last tokens")
+        ids[i] = p[-limit:]
+        truncated += 1
+    return [list(p) for p in ids], truncated
+
+
 def step_seed(seed: int, wave: int, step: int) -> int:
     """The sampling seed of one generate call (distinct for every wave and step of a rollout)."""
     return (int(seed) * 1_000_003 + wave * 10_007 + step) & _SEED_MASK
@@ -172,21 +192,7 @@ class RolloutEngine:
     # ----- prompts -----------------------------------------------------------------------------------
     def encode_prompts(self, texts: Sequence[str]) -> tuple[list[list[int]], int]:
         """Chat-templated token ids of user-message texts; also how many were left-truncated."""
-        rendered = [render_chat(self.tokenizer, t) for t in texts]
-        ids = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
-        limit = self.rollout_cfg.max_prompt_tokens
-        truncated = 0
-        for i, p in enumerate(ids):
-            if len(p) <= limit:
-                continue
-            if self.rollout_cfg.prompt_truncation != "left":
-                raise PromptTooLongError(
-                    f"a {self.env_name} prompt has {len(p)} tokens, more than rollout.max_prompt_tokens={limit}; "
-                    "raise the limit, shorten the prompt (env.history_length, rollout.prompt_style=compact) "
-                    "or set rollout.prompt_truncation=left to keep its last tokens")
-            ids[i] = p[-limit:]
-            truncated += 1
-        return [list(p) for p in ids], truncated
+        return encode_prompts(self.tokenizer, texts, self.rollout_cfg, self.env_name)
 
     def prompt_text(self, task_text: str, obs: str, history: History, admissible: list[str]) -> str:
         cfg = self.rollout_cfg
