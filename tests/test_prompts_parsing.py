@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from agentrl.rollout.parsing import parse_response
-from agentrl.rollout.prompts import History, build_prompt_text, format_response
+from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
 
 
 def test_first_step_prompt_has_task_observation_actions_and_instruction():
@@ -81,6 +81,16 @@ def test_webshop_prompt_quotes_actions_and_adds_its_advice():
     text = build_prompt_text("webshop", "i need a red shirt", "WebShop [SEP] Search", History(),
                              ["search[<your query>]", "click[next >]"], think=True)
     assert "'search[<your query>]', 'click[next >]'" in text and "shopping goal" in text
+
+
+def test_task_text_is_the_current_steps_task_except_for_textcraft():
+    reset = {"task": "Not visited yet: a 1, b 1.\nYour task is to: put a c in b."}
+    step = {"task": "Not visited yet: b 1.\nYour task is to: put a c in b."}
+    assert task_text("alfworld", "obs", reset) == reset["task"]
+    assert task_text("alfworld", "obs", reset, step) == step["task"]
+    assert task_text("alfworld", "obs", reset, {"admissible_actions": []}) == reset["task"]  # no task: the reset's
+    # TextCraft's task is its first observation (the crafting commands) on every step
+    assert task_text("textcraft", "Crafting commands: ...", {"task": "x"}, {"task": "y"}) == "Crafting commands: ..."
 
 
 def test_parse_valid_response_with_and_without_thinking():

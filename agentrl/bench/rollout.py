@@ -134,10 +134,11 @@ def _run_naive(model, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
     for task in tasks:
         for _ in range(cfg.env.group_size):
             obs, info = env.reset(task)
-            task_line = task_text(cfg.env.name, obs, info)
+            reset_obs, reset_info = obs, info
             history = History()
             for _step in range(cfg.env.max_steps):
-                text = prompts.prompt_text(task_line, obs, history, info.get("admissible_actions") or [])
+                text = prompts.prompt_text(task_text(cfg.env.name, reset_obs, reset_info, info), obs, history,
+                                           info.get("admissible_actions") or [])
                 (ids,), _truncated = prompts.encode_prompts([text])
                 input_ids = torch.tensor([ids])
                 prompt_tokens += len(ids)

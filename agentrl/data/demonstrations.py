@@ -132,13 +132,14 @@ def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | No
     of steps ``train_from`` on ([] when the episode is not won) and the actions played."""
     obs, info = env.reset(task)
     actions = list(env.expert_actions()) if actions is None else list(actions)
-    task_line = task_text(env_name, obs, info)
+    reset_obs, reset_info = obs, info
     history, steps = History(), []
     for step, action in enumerate(actions):
         shown = action.lower() if env_name in LOWERCASE_ENVS else action
         if step >= train_from:
             admissible = info["admissible_actions"] if show_admissible else []
-            text = build_prompt_text(env_name, task_line, obs, history, admissible, **prompt)
+            text = build_prompt_text(env_name, task_text(env_name, reset_obs, reset_info, info), obs, history,
+                                     admissible, **prompt)
             thought = f"The next step toward the goal is: {shown}." if prompt["think"] else None
             steps.append(Demonstration(text, format_response(shown, thought), str(info["task_type"]), task, step,
                                        recovery=train_from > 0))

@@ -314,7 +314,6 @@ class RolloutEngine:
         n = len(envs)
         obs = [r.obs for r in resets]
         info = [r.info for r in resets]
-        task_text = [prompt_task_text(self.env_name, r.obs, r.info) for r in resets]
         task_type = [str(r.info.get("task_type", "")) for r in resets]
         histories = [History() for _ in range(n)]
         won = [False] * n
@@ -330,8 +329,8 @@ class RolloutEngine:
         step = 0
         while active and step < env_cfg.max_steps:
             t0 = time.perf_counter()
-            texts = [self.prompt_text(task_text[i], obs[i], histories[i], info[i].get("admissible_actions") or [])
-                     for i in active]
+            texts = [self.prompt_text(prompt_task_text(self.env_name, resets[i].obs, resets[i].info, info[i]),
+                                      obs[i], histories[i], info[i].get("admissible_actions") or []) for i in active]
             prompts, truncated = self.encode_prompts(texts)
             timing["prompt_s"] += time.perf_counter() - t0
             t0 = time.perf_counter()

@@ -101,7 +101,6 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
     stop = engine.stop_token_ids[0]
     obs = {i: resets[i].obs for i in live}
     info = {i: resets[i].info for i in live}
-    task_text = {i: prompt_task_text(engine.env_name, resets[i].obs, resets[i].info) for i in live}
     history = {i: History() for i in live}
     won = dict.fromkeys(live, False)
     usable = dict.fromkeys(live, True)
@@ -109,8 +108,8 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
     active = [i for i in live if plans[i]]
     step = 0
     while active and step < env_cfg.max_steps:
-        texts = [engine.prompt_text(task_text[i], obs[i], history[i], info[i].get("admissible_actions") or [])
-                 for i in active]
+        texts = [engine.prompt_text(prompt_task_text(engine.env_name, resets[i].obs, resets[i].info, info[i]),
+                                    obs[i], history[i], info[i].get("admissible_actions") or []) for i in active]
         prompts, _ = engine.encode_prompts(texts)
         hidden = engine.backend.prompt_hidden(prompts)     # None unless the backend records states
         responses = [expert_response(engine.env_name, plans[i][step], cfg.enable_thinking) for i in active]

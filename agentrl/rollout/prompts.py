@@ -82,15 +82,18 @@ class History:
         return "\n".join(lines)
 
 
-def task_text(env_name: str, reset_observation: str, reset_info: dict) -> str:
-    """What the prompt shows as the task for the whole episode.
+def task_text(env_name: str, reset_observation: str, reset_info: dict, step_info: dict | None = None) -> str:
+    """What the prompt shows as the task on the current step.
 
     TextCraft's crafting commands appear only in the first observation, yet every later step
     needs them, so its task is that whole first observation (commands + goal). Elsewhere it is
-    the instruction the environment reports in ``info["task"]``.
+    the instruction the environment reports in ``info["task"]``: the current step's ``step_info``
+    when it reports one (ALFWorld's ``unvisited_in_task`` notes change every step), else the reset's.
     """
     if env_name == "textcraft":
         return reset_observation
+    if step_info and step_info.get("task"):
+        return str(step_info["task"])
     return str(reset_info.get("task", ""))
 
 

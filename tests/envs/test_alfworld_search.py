@@ -201,6 +201,36 @@ def test_search_solver_games_replay_to_a_win_in_small_rooms(search_games):
 
 
 @engine
+def test_unvisited_notes_follow_the_agents_feedback_and_lead_the_searching_expert(search_games):
+    from agentrl.envs import TaskRef, make_env
+
+    env = make_env("alfworld", data_dir=search_games, room_in_task=True, unvisited_in_task=True)
+    for index in range(4):
+        obs, info = env.reset(TaskRef("train", index))
+        room, notes, goal = info["task"].split("\n")
+        listed = listed_receptacles(room)
+        assert notes == f"Not visited yet: {', '.join(listed)}." and goal.startswith("Your task is to: ")
+        visited: list[str] = []
+        carrying = False
+        for action in env.expert_actions():
+            left = info["task"].split("\n")[1][len("Not visited yet: "):-1].split(", ")
+            assert left == ([r for r in listed if r not in visited] or ["none"])
+            if action.startswith("go to ") and not carrying:
+                assert action == f"go to {left[0]}"  # searching: the next receptacle is the first not visited
+            carrying = carrying or action.startswith("take ")
+            obs, reward, terminated, truncated, info = env.step(action)
+            here = observed_receptacle(obs)
+            if here is not None and here not in visited:
+                visited.append(here)
+        assert info["won"]
+    # off (the default): the task is the same on every step
+    plain = make_env("alfworld", data_dir=search_games, room_in_task=True)
+    _, first = plain.reset(TaskRef("train", 0))
+    _, _, _, _, later = plain.step(plain.expert_actions()[0])
+    assert first["task"] == later["task"] and "Not visited" not in first["task"]
+
+
+@engine
 def test_play_search_expert_wins_default_generated_simple_games():
     from agentrl.envs.alfworld.engine import load_engine_env
     from agentrl.envs.alfworld.expert import play_search_expert

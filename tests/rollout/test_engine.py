@@ -172,3 +172,53 @@ def test_validation_runs_group_size_one_and_reports_success(tiny_tokenizer):
     assert result.success_rate == 1.0 and result.success_by_type == {"depth2": 1.0}
     assert result.metrics()["val/success_rate"] == 1.0 and result.invalid_action_rate == 0.0
     assert re.fullmatch(r"\d+\.\d+", f"{result.mean_length:.1f}") and result.mean_length > 1
+
+
+def test_alfworld_unvisited_notes_reach_the_prompts_of_policy_guidance_and_sft(tiny_tokenizer, tmp_path):
+    """ALFWorld's ``unvisited_in_task`` rewrites ``info["task"]`` after every step: the rollout's
+    prompts, the guided expert episode's and the SFT demonstrations' all show the current notes."""
+    pytest.importorskip("alfworld")
+    from agentrl.data.demonstrations import expert_episodes
+    from agentrl.envs.alfworld.expert import listed_receptacles, observed_receptacle
+    from agentrl.envs.alfworld.generate import generate_dataset
+    from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
+    from agentrl.rollout.prompts import render_chat
+
+    generate_dataset(str(tmp_path), {"train": 1}, seed=3, workers=1, solver="search",
+                     task_types=("pick_and_place_simple",), rooms=("bathroom",))
+    kwargs = {"data_dir": str(tmp_path), "room_in_task": True, "unvisited_in_task": True, "max_steps": 25}
+    task = TaskRef("train", 0)
+    env_cfg = env_config("alfworld", max_steps=25, history_length=2)
+    cfg = rollout_config(max_response_tokens=64, max_prompt_tokens=4096, enable_thinking=False,
+                         prompt_style="compact_task_last", show_admissible=False)
+    ((reset_task, plan),) = expert_plans("alfworld", [task], kwargs).items()
+    goal = reset_task.split("\n")[-1]          # the one task line every step's prompt shows unchanged
+
+    def rollout(backend, **run):
+        engine = RolloutEngine(backend, tiny_tokenizer, EnvClient.local("alfworld", 2, kwargs), cfg, env_cfg)
+        return engine.run([task], **run)
+
+    def prompts(batch, rows):
+        return [tiny_tokenizer.decode(batch.prompt_ids[r, :batch.prompt_lengths[r]]) for r in rows]
+
+    played = rollout(ScriptedExpertBackend(tiny_tokenizer, {goal: plan}), group_size=1)
+    assert played.episodes[0].won and len(played.batch) == len(plan)
+    shown = prompts(played.batch, range(len(plan)))
+    listed = listed_receptacles(reset_task)
+    for k, text in enumerate(shown):
+        notes = next(line for line in text.split("\n") if line.startswith("Not visited yet: "))
+        been = {observed_receptacle(played.batch.anchor_obs[j]) for j in range(k + 1)} - {None}
+        assert notes == "Not visited yet: " + (", ".join(r for r in listed if r not in been) or "none") + "."
+    assert len({line for text in shown for line in text.split("\n") if line.startswith("Not visited")}) > 2
+    # SFT's demonstrations of the same episode are the same prompts
+    demos = list(expert_episodes("alfworld", kwargs, "train", [0], history_length=2, think=False,
+                                 style="compact_task_last", show_admissible=False))
+    assert [render_chat(tiny_tokenizer, d.prompt) for d in demos] == shown
+
+    class Lost(ScriptedExpertBackend):       # never acts: its group fails and gets the expert's episode
+        def _respond(self, prompt: str) -> str:
+            return "<action>look</action>"
+
+    guided = rollout(Lost(tiny_tokenizer, {}), group_size=2, expert_guidance=True)
+    rows = (guided.batch.traj_id >= GUIDED_TRAJ_ID_BASE).nonzero().flatten().tolist()
+    assert len(rows) == len(plan) and prompts(guided.batch, rows) == shown

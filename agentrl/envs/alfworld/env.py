@@ -12,6 +12,15 @@ TextWorld banner ``-= Welcome to TextWorld, ALFRED! =-`` and the blank line afte
 room line of the first observation followed by the task line, so a policy that sees only the last
 few steps still sees the receptacle list: the searching expert
 (:func:`agentrl.envs.alfworld.expert.search_action`) visits receptacles in that list's order.
+
+``unvisited_in_task=True`` adds a line of notes to that task, rebuilt after every step: ``Not
+visited yet: cabinet 3, cabinet 2, ...``, the listed receptacles (in the listed order) the agent
+has not yet been at. "Been at" is read off the engine's own feedback, the receptacle an observation
+is about (``You arrive at R``, ``You open the R``, ``On the R, you see``: what
+:func:`agentrl.envs.alfworld.expert.observed_receptacle` reads), so the notes hold nothing an
+agent reading its whole transcript could not write itself. It keeps a policy that sees only the
+last few steps from walking in circles; along the searching expert's episodes the first name of the
+line is the receptacle it visits next.
 """
 
 from __future__ import annotations
@@ -45,7 +54,8 @@ class ALFWorldEnv(TextEnv):
     def __init__(self, max_steps: int = 50, data_dir: str | None = None, strip_banner: bool = True,
                  generated_counts: dict[str, int] | None = None, generated_seed: int = 0,
                  generated_solver: str = "expert", generated_rooms: list[str] | None = None,
-                 generated_task_types: list[str] | None = None, room_in_task: bool = False):
+                 generated_task_types: list[str] | None = None, room_in_task: bool = False,
+                 unvisited_in_task: bool = False):
         super().__init__(max_steps=max_steps)
         from agentrl.envs.alfworld.data import resolve_data_dir
 
@@ -53,6 +63,9 @@ class ALFWorldEnv(TextEnv):
                                          generated_rooms, generated_task_types)
         self.strip_banner = bool(strip_banner)
         self.room_in_task = bool(room_in_task)
+        self.unvisited_in_task = bool(unvisited_in_task)
+        self._listed: list[str] = []      # receptacles of the room line, in the listed order
+        self._visited: set[str] = set()
         self._engine = None
         self._state = None
         self._game_path: str | None = None
@@ -91,18 +104,37 @@ class ALFWorldEnv(TextEnv):
         if self.room_in_task:
             room = next((line for line in obs.splitlines() if line.startswith("You are in the middle of a room")), "")
             self._task_line = f"{room}\n{self._task_line}" if room else self._task_line
+        if self.unvisited_in_task:
+            from agentrl.envs.alfworld.expert import listed_receptacles
+
+            self._listed = listed_receptacles(obs)
+            self._visited = set()
         return obs, self._info()
 
     def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         self._state, score, done = self._engine.step(action)
+        if self.unvisited_in_task:
+            from agentrl.envs.alfworld.expert import observed_receptacle
+
+            here = observed_receptacle(self._state.feedback)
+            if here is not None:
+                self._visited.add(here)
         return self._state.feedback, float(score), bool(done), self._info()
+
+    def _task(self) -> str:
+        """The task the prompt shows on this step (``info["task"]``)."""
+        if not self.unvisited_in_task:
+            return self._task_line
+        left = [r for r in self._listed if r not in self._visited]
+        *room, goal = self._task_line.split("\n")
+        return "\n".join([*room, f"Not visited yet: {', '.join(left) if left else 'none'}.", goal])
 
     def _info(self) -> dict[str, Any]:
         task_type = self._traj.get("task_type", "")
         return {
             "admissible_actions": list(self._state["admissible_commands"]),
             "won": bool(self._state["won"]),
-            "task": self._task_line,
+            "task": self._task(),
             "task_type": task_type,
             "task_type_short": TASK_TYPE_SHORT_NAMES.get(task_type, task_type),
             "depth": None,
