@@ -113,6 +113,24 @@ def test_carrying_goes_to_the_first_destination_of_the_goal_type_then_puts():
     assert search_action(goal, RECEPTACLES, opened, adm) == "move soapbar 1 to cabinet 2"
 
 
+def test_a_wrongly_held_object_is_put_down_where_the_agent_is_first():
+    # a policy's state (the expert never takes another type): it holds a cloth, the goal is a soapbar
+    goal = parse_goal("put some soapbar on toilet")
+    holding = ["examine cloth 1"]
+    taken = "You pick up the cloth 1 from the countertop 1."
+    adm = goes(here="countertop 1") + holding + ["examine countertop 1", "move cloth 1 to countertop 1"]
+    assert search_action(goal, RECEPTACLES, taken, adm) == "move cloth 1 to countertop 1"
+    # at a closed receptacle it opens it first; where it cannot put it down it walks on
+    closed = "You arrive at cabinet 2. The cabinet 2 is closed."
+    adm = goes(here="cabinet 2") + holding + ["examine cabinet 2", "open cabinet 2"]
+    assert search_action(goal, RECEPTACLES, closed, adm) == "open cabinet 2"
+    assert search_action(goal, RECEPTACLES, "Nothing happens.", goes() + holding) == "go to cabinet 2"
+    # holding the goal's type is not affected: it goes on to the destination
+    soap = ["examine soapbar 1"]
+    assert search_action(goal, RECEPTACLES, "You pick up the soapbar 1 from the countertop 1.",
+                         goes(here="countertop 1") + soap) == "go to toilet 1"
+
+
 def test_pick_two_never_takes_back_from_the_destination():
     goal = parse_goal("put two soapbar in toilet")
     placed = "You move the soapbar 1 to the toilet 1."

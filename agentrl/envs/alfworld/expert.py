@@ -260,6 +260,9 @@ def search_action(goal: SearchGoal, receptacles: list[str], observation: str, ad
       cool) it when that is admissible, else visit the first appliance of the type in the list.
     * Carrying otherwise: visit the first receptacle of the destination type in the list, open it
       if it is closed, move the object into it.
+    * Carrying an object that is not the goal's type (never on its own episodes; a policy's state
+      it is asked to label): put it down where the agent is (``move X to R``), opening R first if
+      it is closed, or walk on to the next receptacle when there is none here to put it in.
 
     "Visit R" is ``go to R``; when R shares the agent's location, ``go to R`` is not admissible and
     the expert opens R (if closed) or examines it instead.
@@ -286,6 +289,10 @@ def search_action(goal: SearchGoal, receptacles: list[str], observation: str, ad
         raise RuntimeError("no receptacle to visit")
 
     dest = next((r for r in receptacles if goal.dest and _kind(r) == goal.dest), None)
+    if held is not None and _kind(held) != goal.obj:
+        if here is not None and f"move {held} to {here}" in allowed:
+            return f"move {held} to {here}"
+        return visit_next(open_closed=True)
     if held is None:
         if here is not None and here != dest:
             for item in _ITEM.findall(observation.split("you see", 1)[1] if "you see" in observation else ""):
