@@ -30,6 +30,7 @@ import json
 import os
 from typing import Any
 
+from agentrl.envs.alfworld.expert import listed_receptacles, observed_receptacle
 from agentrl.envs.alfworld.tasks import SPLITS, TASK_TYPE_SHORT_NAMES, TRAJ_FILE, list_split_games, task_line
 from agentrl.envs.base import TaskRef, TextEnv
 
@@ -105,8 +106,6 @@ class ALFWorldEnv(TextEnv):
             room = next((line for line in obs.splitlines() if line.startswith("You are in the middle of a room")), "")
             self._task_line = f"{room}\n{self._task_line}" if room else self._task_line
         if self.unvisited_in_task:
-            from agentrl.envs.alfworld.expert import listed_receptacles
-
             self._listed = listed_receptacles(obs)
             self._visited = set()
         return obs, self._info()
@@ -114,8 +113,6 @@ class ALFWorldEnv(TextEnv):
     def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         self._state, score, done = self._engine.step(action)
         if self.unvisited_in_task:
-            from agentrl.envs.alfworld.expert import observed_receptacle
-
             here = observed_receptacle(self._state.feedback)
             if here is not None:
                 self._visited.add(here)
