@@ -85,6 +85,23 @@ def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return _loss_on(model, hidden, batch["labels"])
 
 
+def _dagger_demonstrations(cfg, model_dir: str, split: str):
+    """The starting model's greedy episodes on ``trainer.sft.dagger_tasks`` training tasks (the
+    first ones of the SFT order), every state labelled by the env's expert (agentrl.data.dagger)."""
+    from agentrl.data.dagger import policy_demonstrations
+
+    sft, env = cfg.trainer.sft, cfg.env
+    start = time.time()
+    result = policy_demonstrations(
+        env.name, demonstration_env_kwargs(cfg), split,
+        training_tasks(env.name, env.kwargs, split, sft.dagger_tasks, cfg.trainer.seed), model_dir=model_dir,
+        rollout_cfg=cfg.rollout, history_length=env.history_length, count_repeats=env.history_count_repeats,
+        max_steps=env.max_steps, workers=sft.demonstration_workers)
+    if not result.demonstrations:
+        raise RuntimeError(f"the DAgger pass labelled no state of {result.episodes} {env.name} episodes")
+    return result, (time.time() - start) / 60
+
+
 def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None] | None = None) -> dict:
     """Fine-tune ``model_dir`` on expert demonstrations; write the result to ``out_dir``.
 
@@ -108,7 +125,13 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                                  workers=sft.demonstration_workers))
     if not demos:
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {split!r}")
-    episodes, recovery_examples, played = sum(d.step == 0 for d in demos), sum(d.recovery for d in demos), len(demos)
+    episodes, recovery_examples = sum(d.step == 0 for d in demos), sum(d.recovery for d in demos)
+    dagger_summary = {}
+    if sft.dagger_tasks > 0:
+        dagger, minutes = _dagger_demonstrations(cfg, model_dir, split)
+        demos += dagger.demonstrations
+        dagger_summary = {**dagger.summary(), "dagger_minutes": minutes}
+    played = len(demos)
     demos = repeat_by_action(demos, sft.action_repeats, env.name)
     examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]
     steps_per_epoch = math.ceil(len(examples) / sft.batch_size)
@@ -147,7 +170,7 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     summary = {"examples": len(examples), "episodes": episodes, "recovery_examples": recovery_examples,
-               "repeated_examples": len(demos) - played, "tokens": tokens,
+               "repeated_examples": len(demos) - played, **dagger_summary, "tokens": tokens,
                "steps": step, "planned_steps": total_steps, "final_loss_ema": loss_ema,
                "minutes": (time.time() - start) / 60}
     (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2))

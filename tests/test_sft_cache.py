@@ -126,3 +126,15 @@ def test_action_repeats_add_the_repeated_examples_to_each_epoch(tmp_path):
     assert plain["repeated_examples"] == 0 and more["repeated_examples"] > 0
     assert more["examples"] == plain["examples"] + more["repeated_examples"]
     assert more["episodes"] == plain["episodes"]
+
+
+def test_dagger_tasks_enter_the_key_only_when_set_and_need_a_step_wise_expert(tmp_path):
+    import pytest
+
+    base = cache_key(tiny_config(tmp_path))
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.dagger_tasks=0")) == base
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.dagger_tasks=4")) != base
+    cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=dagger", "trainer.sft.cache_dir=''",
+                      "trainer.sft.dagger_tasks=4")
+    with pytest.raises(NotImplementedError, match="trainer.sft.dagger_tasks=0"):
+        starting_policy(cfg, RunDirectory.create(cfg, None))

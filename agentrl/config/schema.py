@@ -242,6 +242,10 @@ class SftConfig:
                              "per epoch, e.g. {take: 5} (ALFWorld's pick tasks have one take step in ~12; without "
                              "it a tiny model never learned to take the goal's object, docs/benchmarks.md); "
                              "{} = each once", factory=dict)
+    dagger_tasks: int = F(0, "DAgger: before training, the starting model (trainer.init_checkpoint) plays this many "
+                          "training tasks greedily and the env's step-wise expert labels every state it reaches; "
+                          "those examples join the expert's demonstrations (ALFWorld; agentrl.data.dagger); "
+                          "0 = off", min=0)
     demonstration_workers: int = F(1, "processes that play the expert episodes for SFT and the tokenizer corpus "
                                    "(ALFWorld loads each game in ~0.6-3 s; the demonstrations do not depend on it)",
                                    min=1)

@@ -30,6 +30,7 @@ class Demonstration:
     task: TaskRef
     step: int
     recovery: bool = False   # a step after an injected extra action (recovery variant)
+    dagger: bool = False     # a state the policy reached, labelled by the expert (agentrl.data.dagger)
 
 
 # (env, kwargs, split, index, prompt settings) -> the episode's demonstrations ([] if the expert lost).

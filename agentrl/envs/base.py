@@ -92,6 +92,14 @@ class TextEnv(gym.Env, abc.ABC):
     def expert_actions(self) -> list[str]:
         """A winning action sequence for the current task, from the state right after reset."""
 
+    def expert_next_action(self) -> str:
+        """The expert's command for the current state, however the agent reached it: the labels of a
+        DAgger pass (``trainer.sft.dagger_tasks``), where the policy drives and the expert only
+        answers. Environments whose expert is a fixed plan from reset do not provide it."""
+        raise NotImplementedError(
+            f"env {self.name!r} has no step-wise expert (expert_next_action): its expert only plans from reset, "
+            "so it cannot label a policy's states; set trainer.sft.dagger_tasks=0 (ALFWorld provides one)")
+
     def task_goals(self, split: str) -> list[str] | None:
         """One goal name per task of ``split`` (tasks with the same name are one goal in other
         layouts), or ``None`` when the environment does not say; the training curriculum then

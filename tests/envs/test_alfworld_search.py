@@ -131,6 +131,28 @@ def test_a_wrongly_held_object_is_put_down_where_the_agent_is_first():
                          goes(here="countertop 1") + soap) == "go to toilet 1"
 
 
+def test_labelling_a_policys_state_uses_its_place_and_the_receptacles_it_has_visited():
+    goal = parse_goal("put some soapbar on toilet")
+    # after "Nothing happens." the observation names no place: without `here` the rule starts over
+    assert search_action(goal, RECEPTACLES, "Nothing happens.", goes()) == "go to cabinet 2"
+    adm = goes(here="cabinet 1") + ["examine cabinet 1"]
+    assert search_action(goal, RECEPTACLES, "Nothing happens.", adm, here="cabinet 1",
+                         visited=["cabinet 2", "cabinet 1"]) == "go to countertop 1"
+    # a policy that skipped countertop 1: the next receptacle is the first one not visited, not the one after here
+    there = "You arrive at drawer 1. On the drawer 1, you see a candle 1."
+    adm = goes(here="drawer 1") + ["examine drawer 1", "take candle 1 from drawer 1"]
+    assert search_action(goal, RECEPTACLES, there, adm) == "go to microwave 1"
+    assert search_action(goal, RECEPTACLES, there, adm, visited=["cabinet 2", "cabinet 1", "drawer 1"]) == \
+        "go to countertop 1"
+    # with everything visited it walks on in the listed order, as without `visited`
+    assert search_action(goal, RECEPTACLES, there, adm, visited=RECEPTACLES) == "go to microwave 1"
+    # a visible target is still taken first, and the place named by the observation wins over `here`
+    seen = "You arrive at countertop 1. On the countertop 1, you see a soapbar 1."
+    adm = goes(here="countertop 1") + ["examine countertop 1", "take soapbar 1 from countertop 1"]
+    assert search_action(goal, RECEPTACLES, seen, adm, here="cabinet 1", visited=["cabinet 2"]) == \
+        "take soapbar 1 from countertop 1"
+
+
 def test_pick_two_never_takes_back_from_the_destination():
     goal = parse_goal("put two soapbar in toilet")
     placed = "You move the soapbar 1 to the toilet 1."
@@ -246,6 +268,54 @@ def test_unvisited_notes_follow_the_agents_feedback_and_lead_the_searching_exper
     _, first = plain.reset(TaskRef("train", 0))
     _, _, _, _, later = plain.step(plain.expert_actions()[0])
     assert first["task"] == later["task"] and "Not visited" not in first["task"]
+
+
+@engine
+def test_env_expert_next_action_labels_the_expert_path_and_a_policys_detours(search_games):
+    from agentrl.envs import TaskRef, make_env
+
+    env = make_env("alfworld", data_dir=search_games, room_in_task=True)
+    for index in range(4):
+        env.reset(TaskRef("train", index))
+        plan = env.expert_actions()
+        for action in plan:              # on the expert's own episode: its stored walkthrough
+            assert env.expert_next_action() == action
+            *_, info = env.step(action)
+        assert info["won"]
+    # a policy's detours: an action that fails changes nothing, so the label stays the same; after a
+    # skipped receptacle the label is the first one not yet visited
+    unchanged = detours = 0
+    for index in range(4):
+        obs, info = env.reset(TaskRef("train", index))
+        listed = listed_receptacles(obs)
+        env.step(env.expert_next_action())   # at the first receptacle
+        first = env.expert_next_action()
+        for wrong in ("take soapbar 9 from cabinet 9", "go to nowhere 1", "move soapbar 9 to cabinet 9"):
+            obs, *_ = env.step(wrong)
+            assert obs.strip() == "Nothing happens."
+            assert env.expert_next_action() == first
+            unchanged += 1
+        env.reset(TaskRef("train", index))
+        skipped = listed[1]
+        obs, *_, info = env.step(f"go to {skipped}")
+        assert observed_receptacle(obs) == skipped
+        label = env.expert_next_action()
+        if label == f"open {skipped}":
+            env.step(label)
+            label = env.expert_next_action()
+        if not label.startswith("take "):    # nothing to take here: back to the receptacle it skipped
+            assert label.endswith(listed[0])
+            detours += 1
+    assert unchanged == 12 and detours >= 1
+
+
+def test_an_env_without_a_step_wise_expert_says_so():
+    from agentrl.envs import TaskRef, make_env
+
+    env = make_env("textcraft")
+    env.reset(TaskRef("depth2", 0))
+    with pytest.raises(NotImplementedError, match="trainer.sft.dagger_tasks"):
+        env.expert_next_action()
 
 
 @engine

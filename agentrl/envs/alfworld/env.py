@@ -30,7 +30,7 @@ import json
 import os
 from typing import Any
 
-from agentrl.envs.alfworld.expert import listed_receptacles, observed_receptacle
+from agentrl.envs.alfworld.expert import listed_receptacles, observed_receptacle, parse_goal, search_action
 from agentrl.envs.alfworld.tasks import SPLITS, TASK_TYPE_SHORT_NAMES, TRAJ_FILE, list_split_games, task_line
 from agentrl.envs.base import TaskRef, TextEnv
 
@@ -65,8 +65,10 @@ class ALFWorldEnv(TextEnv):
         self.strip_banner = bool(strip_banner)
         self.room_in_task = bool(room_in_task)
         self.unvisited_in_task = bool(unvisited_in_task)
-        self._listed: list[str] = []      # receptacles of the room line, in the listed order
-        self._visited: set[str] = set()
+        self._listed: list[str] | None = None   # receptacles of the room line, in the listed order
+        self._visited: list[str] = []           # receptacles the agent has been at, first visit first
+        self._place_feedback: str | None = None  # the latest feedback that names the agent's place
+        self._goal_line = ""
         self._engine = None
         self._state = None
         self._game_path: str | None = None
@@ -105,18 +107,41 @@ class ALFWorldEnv(TextEnv):
         if self.room_in_task:
             room = next((line for line in obs.splitlines() if line.startswith("You are in the middle of a room")), "")
             self._task_line = f"{room}\n{self._task_line}" if room else self._task_line
-        if self.unvisited_in_task:
+        self._goal_line = task_line(intro)
+        try:
             self._listed = listed_receptacles(obs)
-            self._visited = set()
+        except ValueError:
+            if self.unvisited_in_task:
+                raise
+            self._listed = None
+        self._visited, self._place_feedback = [], None
         return obs, self._info()
 
     def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         self._state, score, done = self._engine.step(action)
-        if self.unvisited_in_task:
-            here = observed_receptacle(self._state.feedback)
-            if here is not None:
-                self._visited.add(here)
+        here = observed_receptacle(self._state.feedback)
+        if here is not None:
+            self._place_feedback = self._state.feedback
+            if here not in self._visited:
+                self._visited.append(here)
         return self._state.feedback, float(score), bool(done), self._info()
+
+    def expert_next_action(self) -> str:
+        """The searching expert's command for the current state, whichever way the agent got here
+        (DAgger labels): its rule (:func:`~agentrl.envs.alfworld.expert.search_action`) on the latest
+        feedback, the agent's place and the receptacles already visited. After ``Nothing happens.``
+        nothing changed, so the rule reads the latest feedback that showed the agent's place (a
+        closed receptacle is still to be opened, a visible object still to be taken)."""
+        if self._game_path is None:
+            raise RuntimeError("alfworld: expert_next_action() called before reset()")
+        if self._listed is None:
+            raise RuntimeError(f"alfworld: the first observation of {self._game_path} lists no receptacles")
+        feedback = self._state.feedback
+        if feedback.strip() == "Nothing happens." and self._place_feedback is not None:
+            feedback = self._place_feedback
+        here = observed_receptacle(self._place_feedback) if self._place_feedback else None
+        return search_action(parse_goal(self._goal_line), self._listed, feedback,
+                             list(self._state["admissible_commands"]), here=here, visited=self._visited)
 
     def _task(self) -> str:
         """The task the prompt shows on this step (``info["task"]``)."""

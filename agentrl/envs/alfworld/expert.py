@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Collection, Iterable
 
 from agentrl.envs.alfworld.tasks import TASK_PREFIX, task_line
 
@@ -245,7 +245,8 @@ def held_object(admissible: Iterable[str], receptacles: Iterable[str]) -> str | 
     return None
 
 
-def search_action(goal: SearchGoal, receptacles: list[str], observation: str, admissible: list[str]) -> str:
+def search_action(goal: SearchGoal, receptacles: list[str], observation: str, admissible: list[str], *,
+                  here: str | None = None, visited: Collection[str] | None = None) -> str:
     """The searching expert's next command: a function of the goal, the receptacle list, the latest
     observation and the admissible commands only: no history is needed, so a model can imitate it
     from its prompt alone when the prompt shows the receptacle list (the env's ``room_in_task``).
@@ -266,9 +267,15 @@ def search_action(goal: SearchGoal, receptacles: list[str], observation: str, ad
 
     "Visit R" is ``go to R``; when R shares the agent's location, ``go to R`` is not admissible and
     the expert opens R (if closed) or examines it instead.
+
+    Labelling a policy's states (DAgger), where the latest observation may be ``Nothing happens.``:
+    ``here`` gives the agent's place when the observation does not name it, and ``visited`` the
+    receptacles it has been at; the next receptacle is then the first listed one not visited (on
+    the expert's own episodes that is the one after ``here``; the env's ``unvisited_in_task``
+    notes show the same list).
     """
     allowed = set(admissible)
-    here = observed_receptacle(observation)
+    here = observed_receptacle(observation) or here
     held = held_object(admissible, receptacles)
 
     def visit(recep: str) -> str:
@@ -281,6 +288,10 @@ def search_action(goal: SearchGoal, receptacles: list[str], observation: str, ad
         if open_closed and here is not None and f"The {here} is closed." in observation \
                 and f"open {here}" in allowed:
             return f"open {here}"
+        if visited is not None:
+            for recep in receptacles:
+                if recep != here and recep not in visited:
+                    return visit(recep)
         start = receptacles.index(here) + 1 if here in receptacles else 0
         for k in range(len(receptacles)):
             recep = receptacles[(start + k) % len(receptacles)]
