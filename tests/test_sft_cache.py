@@ -136,5 +136,7 @@ def test_dagger_tasks_enter_the_key_only_when_set_and_need_a_step_wise_expert(tm
     assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.dagger_tasks=4")) != base
     cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=dagger", "trainer.sft.cache_dir=''",
                       "trainer.sft.dagger_tasks=4")
-    with pytest.raises(NotImplementedError, match="trainer.sft.dagger_tasks=0"):
+    from agentrl.errors import UsageError
+
+    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks=0"):
         starting_policy(cfg, RunDirectory.create(cfg, None))

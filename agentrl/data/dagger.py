@@ -95,7 +95,7 @@ def _play_and_label(indices: list[int], env_name: str, env_kwargs: dict, split: 
     result = DaggerResult()
     for start in range(0, len(indices), len(envs)):
         tasks = [TaskRef(split, i) for i in indices[start:start + len(envs)]]
-        episodes = [_Episode(env, task, env_name) for env, task in zip(envs, tasks)]
+        episodes = [_Episode(env, task, env_name, prompt["think"]) for env, task in zip(envs, tasks)]
         for _ in range(max_steps):
             active = [e for e in episodes if not e.done]
             if not active:
@@ -118,19 +118,18 @@ def _play_and_label(indices: list[int], env_name: str, env_kwargs: dict, split: 
 class _Episode:
     """One task played by the policy, with the expert's label of every state."""
 
-    def __init__(self, env, task: TaskRef, env_name: str):
-        self.env, self.task, self.env_name = env, task, env_name
+    def __init__(self, env, task: TaskRef, env_name: str, think: bool):
+        self.env, self.task, self.env_name, self.think = env, task, env_name, bool(think)
         self.obs, self.info = env.reset(task)
         self.reset_obs, self.reset_info = self.obs, self.info
         self.history = History()
         self.step = 0
-        self.done = self.won = self.think = False
+        self.done = self.won = False
         self.expert_action: str | None = None
         self.seen: set[str] = set()
         self.demonstrations: list[Demonstration] = []
 
     def prompt_text(self, show_admissible: bool, prompt: dict) -> str:
-        self.think = bool(prompt["think"])
         admissible = (self.info.get("admissible_actions") or []) if show_admissible else []
         return build_prompt_text(self.env_name, task_text(self.env_name, self.reset_obs, self.reset_info, self.info),
                                  self.obs, self.history, admissible, **prompt)
@@ -142,8 +141,6 @@ class _Episode:
             return
         try:
             action = self.env.expert_next_action()
-        except NotImplementedError:
-            raise
         except RuntimeError:
             result.unlabelled += 1
             self.done = True    # the episode ends here: its further states would not be labelled

@@ -314,7 +314,9 @@ def test_an_env_without_a_step_wise_expert_says_so():
 
     env = make_env("textcraft")
     env.reset(TaskRef("depth2", 0))
-    with pytest.raises(NotImplementedError, match="trainer.sft.dagger_tasks"):
+    from agentrl.errors import UsageError
+
+    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks"):
         env.expert_next_action()
 
 
