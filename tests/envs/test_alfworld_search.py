@@ -271,6 +271,35 @@ def test_unvisited_notes_follow_the_agents_feedback_and_lead_the_searching_exper
 
 
 @engine
+def test_held_notes_follow_pick_up_and_put_down(search_games):
+    from agentrl.envs import TaskRef, make_env
+
+    env = make_env("alfworld", data_dir=search_games, room_in_task=True, unvisited_in_task=True, held_in_task=True)
+    for index in range(4):
+        obs, info = env.reset(TaskRef("train", index))
+        room, notes, held, goal = info["task"].split("\n")
+        assert notes.startswith("Not visited yet: ") and held == "Carrying: nothing."
+        plan = env.expert_actions()
+        taken = next(i for i, action in enumerate(plan) if action.startswith("take "))
+        obj = plan[taken][len("take "):].split(" from ")[0]
+        carrying = False
+        for i, action in enumerate(plan):
+            obs, reward, terminated, truncated, info = env.step(action)
+            # pick tasks put it down with the last action; look tasks win holding it
+            carrying = (carrying or i == taken) and not action.startswith("move ")
+            assert info["task"].split("\n")[2] == (f"Carrying: {obj}." if carrying else "Carrying: nothing.")
+            if i == taken:      # a failed action changes nothing: still carrying
+                obs, *_, info = env.step("move soapbar 9 to cabinet 9")
+                assert obs.strip() == "Nothing happens." and info["task"].split("\n")[2] == f"Carrying: {obj}."
+        assert info["won"]
+    # a reset forgets it; without the room line or the visited notes the note sits before the goal
+    alone = make_env("alfworld", data_dir=search_games, held_in_task=True)
+    _, info = alone.reset(TaskRef("train", 0))
+    held, goal = info["task"].split("\n")
+    assert held == "Carrying: nothing." and goal.startswith("Your task is to: ")
+
+
+@engine
 def test_env_expert_next_action_labels_the_expert_path_and_a_policys_detours(search_games):
     from agentrl.envs import TaskRef, make_env
 

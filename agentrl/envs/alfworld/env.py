@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from typing import Any
 
 from agentrl.envs.alfworld.expert import listed_receptacles, observed_receptacle, parse_goal, search_action
@@ -35,6 +36,8 @@ from agentrl.envs.alfworld.tasks import SPLITS, TASK_TYPE_SHORT_NAMES, TRAJ_FILE
 from agentrl.envs.base import TaskRef, TextEnv
 
 BANNER = "-= Welcome to TextWorld, ALFRED! =-\n\n"
+PICKED_UP = re.compile(r"You pick up the (.+?) from the ")
+PUT_DOWN = re.compile(r"You move the (.+?) to the ")
 
 
 @functools.lru_cache(maxsize=16)
@@ -56,7 +59,7 @@ class ALFWorldEnv(TextEnv):
                  generated_counts: dict[str, int] | None = None, generated_seed: int = 0,
                  generated_solver: str = "expert", generated_rooms: list[str] | None = None,
                  generated_task_types: list[str] | None = None, room_in_task: bool = False,
-                 unvisited_in_task: bool = False):
+                 unvisited_in_task: bool = False, held_in_task: bool = False):
         super().__init__(max_steps=max_steps)
         from agentrl.envs.alfworld.data import resolve_data_dir
 
@@ -65,6 +68,8 @@ class ALFWorldEnv(TextEnv):
         self.strip_banner = bool(strip_banner)
         self.room_in_task = bool(room_in_task)
         self.unvisited_in_task = bool(unvisited_in_task)
+        self.held_in_task = bool(held_in_task)
+        self._held: str | None = None           # what the engine's feedback says the agent carries
         self._listed: list[str] | None = None   # receptacles of the room line, in the listed order
         self._visited: list[str] = []           # receptacles the agent has been at, first visit first
         self._place_feedback: str | None = None  # the latest feedback that names the agent's place
@@ -114,7 +119,7 @@ class ALFWorldEnv(TextEnv):
             if self.unvisited_in_task:
                 raise
             self._listed = None
-        self._visited, self._place_feedback = [], None
+        self._visited, self._place_feedback, self._held = [], None, None
         return obs, self._info()
 
     def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
@@ -124,6 +129,11 @@ class ALFWorldEnv(TextEnv):
             self._place_feedback = self._state.feedback
             if here not in self._visited:
                 self._visited.append(here)
+        feedback = self._state.feedback.strip()
+        if (picked := PICKED_UP.match(feedback)) is not None:
+            self._held = picked.group(1)
+        elif PUT_DOWN.match(feedback) is not None:
+            self._held = None
         return self._state.feedback, float(score), bool(done), self._info()
 
     def expert_next_action(self) -> str:
@@ -145,11 +155,16 @@ class ALFWorldEnv(TextEnv):
 
     def _task(self) -> str:
         """The task the prompt shows on this step (``info["task"]``)."""
-        if not self.unvisited_in_task:
+        if not (self.unvisited_in_task or self.held_in_task):
             return self._task_line
-        left = [r for r in self._listed if r not in self._visited]
         *room, goal = self._task_line.split("\n")
-        return "\n".join([*room, f"Not visited yet: {', '.join(left) if left else 'none'}.", goal])
+        notes = []
+        if self.unvisited_in_task:
+            left = [r for r in self._listed if r not in self._visited]
+            notes.append(f"Not visited yet: {', '.join(left) if left else 'none'}.")
+        if self.held_in_task:
+            notes.append(f"Carrying: {self._held or 'nothing'}.")
+        return "\n".join([*room, *notes, goal])
 
     def _info(self) -> dict[str, Any]:
         task_type = self._traj.get("task_type", "")
