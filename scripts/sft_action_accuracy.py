@@ -4,7 +4,8 @@ Success rate says whether a policy wins; this says which step it loses on. Every
 expert's episodes on ``--split`` is rendered with the run's own prompt settings (as SFT and the
 rollout render it), the policy answers greedily, and its action is compared with the expert's.
 Accuracy is reported per action kind (the action's first word: ``go``, ``open``, ``take``,
-``move``, ``craft``, ...) and overall, as one JSON object.
+``move``, ``craft``, ...), per kind after the expert's previous kind (``go after take`` is
+ALFWorld's turn from searching to carrying) and overall, as one JSON object.
 
     python scripts/sft_action_accuracy.py checkpoint=runs/alfworld_grpo_tiny-seed0/sft_model \
         split=valid_seen tasks=32 [recipe=NAME] [key=value ...]
@@ -21,7 +22,8 @@ import sys
 from pathlib import Path
 
 from agentrl.cli.commands.eval import _config
-from agentrl.data.demonstrations import action_kind, demonstration_action, demonstration_env_kwargs, expert_episodes
+from agentrl.data.demonstrations import (demonstration_action, demonstration_env_kwargs, expert_episodes,
+                                         repeat_key)
 from agentrl.evaluation.runner import resolve_policy
 from agentrl.models import load_tokenizer, stop_token_ids
 from agentrl.rollout.backends import make_backend
@@ -65,7 +67,8 @@ def main(argv: list[str]) -> int:
     counts = collections.defaultdict(lambda: [0, 0])
     for demo, action in zip(demos, got):
         want = demonstration_action(demo, cfg.env.name)
-        for key in (action_kind(want), "all"):
+        kind, after = repeat_key(demo, cfg.env.name)
+        for key in (kind, "all") + ((after,) if after else ()):
             counts[key][0] += int(action == want)
             counts[key][1] += 1
     print(json.dumps({"policy": str(policy.model_dir), "split": split, "episodes": tasks,

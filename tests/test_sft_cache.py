@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
@@ -112,8 +113,15 @@ def test_action_accuracy_script_scores_every_expert_step_by_kind(tmp_path, capsy
     kinds = [parse_response(d.response, "textcraft").action.split()[0] for d in demos]
     accuracy = report["accuracy"]
     assert accuracy["all"]["steps"] == len(demos) and report["split"] == "pool_depth2_test"
-    assert {k: v["steps"] for k, v in accuracy.items() if k != "all"} == {k: kinds.count(k) for k in set(kinds)}
-    assert sum(v["right"] for k, v in accuracy.items() if k != "all") == accuracy["all"]["right"]
+    per_kind = {k: v for k, v in accuracy.items() if k != "all" and " after " not in k}
+    assert {k: v["steps"] for k, v in per_kind.items()} == {k: kinds.count(k) for k in set(kinds)}
+    assert sum(v["right"] for v in per_kind.values()) == accuracy["all"]["right"]
+    # each step after the first of its episode also counts under "<kind> after <previous kind>"
+    pairs = collections.Counter(f"{kinds[i]} after {kinds[i - 1]}" for i in range(1, len(demos))
+                                if demos[i].task == demos[i - 1].task and demos[i].step == demos[i - 1].step + 1)
+    assert {k: v["steps"] for k, v in accuracy.items() if " after " in k} == dict(pairs) and pairs
+    for kind, pair in per_kind.items():
+        assert sum(v["right"] for k, v in accuracy.items() if k.startswith(f"{kind} after ")) <= pair["right"]
 
 
 def test_action_repeats_add_the_repeated_examples_to_each_epoch(tmp_path):

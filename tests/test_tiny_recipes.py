@@ -130,9 +130,23 @@ def test_action_repeats_balance_rare_decisions_and_reject_bad_settings():
     assert len(repeated) == len(demos) + 2 * kinds.count("get")
     expected = [d for d, kind in zip(demos, kinds) for _ in range(3 if kind == "get" else 1)]
     assert repeated == expected and demonstrations.repeat_by_action(demos, {}, "textcraft") == demos
-    for bad, match in (({"get": 0}, "whole number"), ({"get": 1.5}, "whole number"), ({"take": 2}, "take")):
+    for bad, match in (({"get": 0}, "whole number"), ({"get": 1.5}, "whole number"), ({"take": 2}, "take"),
+                       ({"get after inventory": 2}, "get after inventory")):
         with pytest.raises(UsageError, match=match):
             demonstrations.repeat_by_action(demos, bad, "textcraft")
+    # each demonstration knows the action taken before its state; "<kind> after <kind>" keys use it and
+    # win over the plain kind
+    assert [d.previous_action for d in demos if d.step == 0] == ["", "", ""]
+    for before, demo in zip(demos, demos[1:]):
+        if demo.step > 0:
+            assert demo.previous_action == before.response.removeprefix("<action>").removesuffix("</action>")
+    pairs = [f"{kind} after {prev}" if demo.step else None
+             for demo, kind, prev in zip(demos, kinds, [""] + kinds[:-1])]
+    assert "craft after get" in pairs
+    repeated = demonstrations.repeat_by_action(demos, {"craft after get": 4, "craft": 2}, "textcraft")
+    expected = [d for d, kind, pair in zip(demos, kinds, pairs)
+                for _ in range(4 if pair == "craft after get" else 2 if kind == "craft" else 1)]
+    assert repeated == expected
 
 
 def test_overshoot_points_take_the_longest_runs_first():

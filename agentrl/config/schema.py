@@ -240,7 +240,9 @@ class SftConfig:
                                "from an overshoot it makes itself (docs/quickstart.md); 0 = off", min=0)
     action_repeats: dict = F(help="class balance: a demonstration whose action starts with KEY appears VALUE times "
                              "per epoch, e.g. {take: 5} (ALFWorld's pick tasks have one take step in ~12; without "
-                             "it a tiny model never learned to take the goal's object, docs/benchmarks.md); "
+                             "it a tiny model never learned to take the goal's object, docs/benchmarks.md); a KEY "
+                             "'<kind> after <kind>' matches an action kind right after an action of the second kind "
+                             "('go after take': ALFWorld's turn to the destination) and wins over the plain kind; "
                              "{} = each once", factory=dict)
     dagger_tasks: int = F(0, "DAgger: before training, the starting model (trainer.init_checkpoint) plays this many "
                           "training tasks greedily and the env's step-wise expert labels every state it reaches; "

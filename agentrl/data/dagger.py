@@ -148,8 +148,9 @@ class _Episode:
         self.seen.add(text)
         self.expert_action = action.lower() if self.env_name in LOWERCASE_ENVS else action
         thought = f"The next step toward the goal is: {self.expert_action}." if self.think else None
-        self.demonstrations.append(Demonstration(text, format_response(self.expert_action, thought),
-                                                 str(self.info["task_type"]), self.task, self.step, dagger=True))
+        self.demonstrations.append(Demonstration(
+            text, format_response(self.expert_action, thought), str(self.info["task_type"]), self.task, self.step,
+            dagger=True, previous_action=self.history.actions[-1] if len(self.history) else ""))
 
     def act(self, action: str, result: DaggerResult) -> None:
         if self.expert_action is not None and action != self.expert_action:

@@ -31,6 +31,7 @@ class Demonstration:
     step: int
     recovery: bool = False   # a step after an injected extra action (recovery variant)
     dagger: bool = False     # a state the policy reached, labelled by the expert (agentrl.data.dagger)
+    previous_action: str = ""  # the action taken just before this state ("" at the first step)
 
 
 # (env, kwargs, split, index, prompt settings) -> the episode's demonstrations ([] if the expert lost).
@@ -143,7 +144,8 @@ def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | No
                                      admissible, **prompt)
             thought = f"The next step toward the goal is: {shown}." if prompt["think"] else None
             steps.append(Demonstration(text, format_response(shown, thought), str(info["task_type"]), task, step,
-                                       recovery=train_from > 0))
+                                       recovery=train_from > 0,
+                                       previous_action=history.actions[-1] if len(history) else ""))
         history.add(obs, shown)
         obs, _reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
@@ -163,10 +165,18 @@ def demonstration_action(demo: Demonstration, env_name: str) -> str:
     return parse_response(demo.response, env_name).action
 
 
+def repeat_key(demo: Demonstration, env_name: str) -> tuple[str, str | None]:
+    """``(kind, "<kind> after <previous kind>")`` of a demonstration: its action's kind, and that
+    kind after the kind of the action taken just before its state (None at an episode's first step)."""
+    kind = action_kind(demonstration_action(demo, env_name))
+    return kind, (f"{kind} after {action_kind(demo.previous_action)}" if demo.previous_action else None)
+
+
 def repeat_by_action(demos: list[Demonstration], repeats: dict, env_name: str) -> list[Demonstration]:
-    """Each demonstration ``repeats[kind]`` times in a row (``kind``: :func:`action_kind` of its
-    action; others once): ``trainer.sft.action_repeats``, class balance for decisions the expert takes
-    rarely."""
+    """Each demonstration ``repeats[key]`` times in a row, others once: ``trainer.sft.action_repeats``,
+    class balance for decisions the expert takes rarely. A key is an action kind (:func:`action_kind`:
+    ``take``) or a kind after the kind of the action taken just before (``go after take``: ALFWorld's
+    turn from searching to carrying); the second is the more specific and wins when both match."""
     from agentrl.errors import UsageError
 
     for kind, count in repeats.items():
@@ -175,12 +185,14 @@ def repeat_by_action(demos: list[Demonstration], repeats: dict, env_name: str) -
                              "(how many times each such demonstration appears per epoch)")
     if not repeats:
         return list(demos)
-    kinds = [action_kind(demonstration_action(d, env_name)) for d in demos]
-    unused = sorted(set(repeats) - set(kinds))
+    keys = [repeat_key(d, env_name) for d in demos]
+    unused = sorted(set(repeats) - {k for pair in keys for k in pair if k})
     if unused:
-        raise UsageError(f"trainer.sft.action_repeats names {unused}, which no demonstration's action starts with "
-                         f"(actions start with {sorted(set(kinds))})")
-    return [d for d, kind in zip(demos, kinds) for _ in range(repeats.get(kind, 1))]
+        raise UsageError(f"trainer.sft.action_repeats names {unused}, which no demonstration matches (actions "
+                         f"start with {sorted({kind for kind, _ in keys})}; '<kind> after <kind>' names a kind "
+                         f"after the previous action's kind)")
+    counts = [repeats.get(after, repeats.get(kind, 1)) for kind, after in keys]
+    return [d for d, count in zip(demos, counts) for _ in range(count)]
 
 
 def demonstration_split(cfg) -> str:
