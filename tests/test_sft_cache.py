@@ -122,6 +122,10 @@ def test_action_accuracy_script_scores_every_expert_step_by_kind(tmp_path, capsy
     assert {k: v["steps"] for k, v in accuracy.items() if " after " in k} == dict(pairs) and pairs
     for kind, pair in per_kind.items():
         assert sum(v["right"] for k, v in accuracy.items() if k.startswith(f"{kind} after ")) <= pair["right"]
+        # every step of the kind but an episode's first is counted under exactly one "after" key
+        first_steps = sum(1 for d, k in zip(demos, kinds) if k == kind and d.step == 0)
+        assert sum(v["steps"] for k, v in accuracy.items() if k.startswith(f"{kind} after ")) == \
+            pair["steps"] - first_steps
 
 
 def test_action_repeats_add_the_repeated_examples_to_each_epoch(tmp_path):

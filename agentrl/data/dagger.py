@@ -150,7 +150,7 @@ class _Episode:
         thought = f"The next step toward the goal is: {self.expert_action}." if self.think else None
         self.demonstrations.append(Demonstration(
             text, format_response(self.expert_action, thought), str(self.info["task_type"]), self.task, self.step,
-            dagger=True, previous_action=self.history.actions[-1] if len(self.history) else ""))
+            dagger=True, previous_action=self.history.last_action))
 
     def act(self, action: str, result: DaggerResult) -> None:
         if self.expert_action is not None and action != self.expert_action:

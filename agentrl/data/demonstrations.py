@@ -145,7 +145,7 @@ def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | No
             thought = f"The next step toward the goal is: {shown}." if prompt["think"] else None
             steps.append(Demonstration(text, format_response(shown, thought), str(info["task_type"]), task, step,
                                        recovery=train_from > 0,
-                                       previous_action=history.actions[-1] if len(history) else ""))
+                                       previous_action=history.last_action))
         history.add(obs, shown)
         obs, _reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:

@@ -48,6 +48,11 @@ class History:
     def __len__(self) -> int:
         return len(self.actions)
 
+    @property
+    def last_action(self) -> str:
+        """The action of the latest step ("" before the first; a step without a parsed action is "")."""
+        return (self.actions[-1] or "") if self.actions else ""
+
     def entries(self, current_observation: str, count_repeats: bool = False) -> list[tuple[int, int]]:
         """The history as (first step, steps) entries, oldest first.
 
