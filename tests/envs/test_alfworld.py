@@ -269,3 +269,57 @@ def test_task_goals_name_each_games_goal_without_its_scene(env):
         task_type, obj, _, target = goal.split("-")
         assert task_type == traj["task_type"] and obj == traj["pddl_params"]["object_target"]
         assert not goal.rsplit("-", 1)[-1].isdigit()
+
+
+def _play_texts(games_dir: str) -> list[str]:
+    """Every observation, admissible list and win flag of seeded random and expert episodes."""
+    env = make_env("alfworld", data_dir=games_dir)
+    rng = random.Random(3)
+    texts = []
+    for split, n in (("train", len(TASK_TYPES)), ("valid_unseen", 2)):
+        for index in range(n):
+            for policy in ("random", "expert"):
+                obs, info = env.reset(TaskRef(split, index))
+                texts.append(obs + "\n" + "|".join(info["admissible_actions"]))
+                actions = env.expert_actions() if policy == "expert" else None
+                for t in range(12):
+                    action = actions[t] if actions else rng.choice(info["admissible_actions"])
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    texts.append(f"{obs}\n{'|'.join(info['admissible_actions'])}\n{info['won']} {reward}")
+                    if terminated or truncated or (actions and t + 1 == len(actions)):
+                        break
+    return texts
+
+
+def test_engine_caches_leave_every_text_unchanged(games_dir, monkeypatch):
+    import fast_downward
+    import textworld.envs.pddl.textgen as textgen
+
+    from agentrl.envs.alfworld import engine_caches
+
+    shipped = textgen.copy_context
+    engine_caches.uninstall_engine_caches()
+    monkeypatch.setenv(engine_caches.ENV_SWITCH, "0")
+    try:
+        assert not engine_caches.install_engine_caches()
+        plain = _play_texts(games_dir)
+        assert not engine_caches.engine_caches_installed()
+        shipped = textgen.copy_context
+        monkeypatch.setenv(engine_caches.ENV_SWITCH, "1")
+        cached = _play_texts(games_dir)        # loading the first engine env installs them
+        assert engine_caches.engine_caches_installed()
+        assert textgen.copy_context is not shipped
+        assert fast_downward.pddl2sas.__name__ == "pddl2sas" and fast_downward.pddl2sas.__module__ == engine_caches.__name__
+    finally:
+        engine_caches.install_engine_caches()
+    assert len(plain) > 100
+    assert cached == plain
+    # a context copy is a new pair of dicts: what one derivation adds never reaches another
+    context = {"state": None, "facts": [], "variables": {"a": 1}, "mapping": {"p": "v"}, "entity_infos": {}}
+    copy = textgen.copy_context(context)
+    copy["variables"]["b"] = 2
+    copy["mapping"]["q"] = "w"
+    assert context["variables"] == {"a": 1} and context["mapping"] == {"p": "v"}
+    engine_caches.uninstall_engine_caches()
+    assert textgen.copy_context is shipped
+    engine_caches.install_engine_caches()

@@ -3,7 +3,8 @@
 This is the stack ALFWorld's ``AlfredTWEnv.init_env`` builds for one game, minus the gym batching:
 ``PddlEnv`` -> ``AlfredDemangler`` (PDDL ids -> ``cabinet 1`` names; no shuffling, as in
 evaluation) -> ``AlfredInfos`` (adds the game file). Imported lazily: ``textworld`` takes about
-two seconds to import.
+two seconds to import. The first load installs :mod:`agentrl.envs.alfworld.engine_caches` (the same
+texts, ~15x faster steps).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def load_engine_env(game: str | Mapping[str, Any], policy_commands: bool = False
     from textworld.envs import PddlEnv
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
+    from agentrl.envs.alfworld.engine_caches import install_engine_caches
+
+    install_engine_caches()
     infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=policy_commands,
                                extras=["gamefile"])
     env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
