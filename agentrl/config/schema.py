@@ -105,6 +105,9 @@ class RolloutConfig:
     backend: str = F("auto", "generation backend: auto = vllm on GPU, torch on CPU",
                      choices=("auto", "torch", "vllm"))
     num_workers: int = F(1, "Ray rollout workers; the envs of an iteration are split among them", min=1)
+    torch_threads: int = F(0, "CPU threads of each rollout worker's torch backend; 0 = the machine's cores divided "
+                           "by rollout.num_workers (the env servers wait while the policy generates, so the "
+                           "workers may use every core then)", min=0)
     temperature: float = F(1.0, "sampling temperature for training rollouts; the learner computes every "
                            "log-prob (old, reference, updated) and the entropy under softmax(logits / T) "
                            "with the same T", min=0)

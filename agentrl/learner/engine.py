@@ -25,8 +25,8 @@ from agentrl.learner import distributed
 from agentrl.learner.losses import (ADDITIVE_METRICS, LossSettings, entropy_from_logits, inputs_finite,
                                     loss_denominator, policy_loss)
 from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
-from agentrl.learner.sequences import (PackedSequences, gather_response, minibatch_plan, pack,
-                                       pack_batch, rank_micro_batches, response_positions)
+from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
+                                       pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
 
 CHECKPOINT_TAG = "state"
@@ -188,10 +188,12 @@ class Learner:
         one = torch.zeros(1, 1, dtype=torch.int64)
         return pack(one, torch.ones(1, dtype=torch.int64), one, torch.zeros(1, 1), 0)
 
-    def _micro_batches(self, rows: int) -> list[torch.Tensor]:
-        """Row chunks of at most micro_batch_size; as many on every rank (empty ones pad)."""
+    def _micro_batches(self, lengths: torch.Tensor) -> list[torch.Tensor]:
+        """Row chunks of at most micro_batch_size, rows of similar ``lengths`` together (less
+        padding); as many on every rank (empty ones pad)."""
         size = self.cfg.learner.micro_batch_size
-        local = list(torch.arange(rows).split(size)) if rows else []
+        rows = len(lengths)
+        local = list(by_length(torch.arange(rows), lengths).split(size)) if rows else []
         count = int(distributed.all_reduce_values([len(local)], "max")[0])
         return local + [torch.zeros(0, dtype=torch.int64)] * (count - len(local))
 
@@ -209,16 +211,17 @@ class Learner:
         layer = self._hidden_index() if with_hidden else None
         want_ref = self.cfg.learner.kl_coef > 0
         self.engine.eval()
-        old, ref, hidden = [], [], []
+        old, ref, hidden, order = [], [], [], []
         if self.ref_model is not None and self.ref_offloaded:
             self.ref_model.to(self.torch_device)
         try:
-            for rows in self._micro_batches(len(batch)):
+            for rows in self._micro_batches(sequence_lengths(batch)):
                 if len(rows) == 0:
                     self._forward(self.engine, self._dummy_packed())
                     if want_ref:
                         self._reference_forward(self._dummy_packed())
                     continue
+                order.append(rows)
                 micro = batch.select(rows)
                 packed = pack_batch(micro)
                 if with_hidden:     # a hook keeps [rows, hidden] at the last prompt tokens, not every layer
@@ -237,11 +240,13 @@ class Learner:
             if self.ref_model is not None and self.ref_offloaded:
                 self.ref_model.to("cpu")
         width = batch.response_ids.shape[1]
-        columns: dict[str, Any] = {"old_logprobs": torch.cat(old) if old else torch.zeros(0, width)}
+        # the micro-batches ran in length order: put each result back on its row
+        back = torch.argsort(torch.cat(order)) if order else torch.zeros(0, dtype=torch.int64)
+        columns: dict[str, Any] = {"old_logprobs": torch.cat(old)[back] if old else torch.zeros(0, width)}
         if want_ref:
-            columns["ref_logprobs"] = torch.cat(ref) if ref else torch.zeros(0, width)
+            columns["ref_logprobs"] = torch.cat(ref)[back] if ref else torch.zeros(0, width)
         if with_hidden:
-            columns["hidden"] = torch.cat(hidden) if hidden else torch.zeros(0, self.hf_config.hidden_size)
+            columns["hidden"] = torch.cat(hidden)[back] if hidden else torch.zeros(0, self.hf_config.hidden_size)
         return batch.with_columns(**columns)
 
     def _reference_forward(self, packed: PackedSequences) -> torch.Tensor:
@@ -274,13 +279,14 @@ class Learner:
         mode = settings.loss_agg_mode
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + self.update_calls)
         plan = minibatch_plan(len(batch), lc.mini_batch_size, lc.ppo_epochs, generator)
+        lengths = sequence_lengths(batch)
         self.engine.train()
         steps: list[dict[str, float]] = []
         skipped_steps = skipped_micro = 0
         tokens = 0
         t0 = time.perf_counter()
         for minibatch in plan:
-            micro_rows = rank_micro_batches(minibatch, self.rank, self.world_size, lc.micro_batch_size)
+            micro_rows = rank_micro_batches(minibatch, self.rank, self.world_size, lc.micro_batch_size, lengths)
             local = torch.cat(micro_rows)
             mask = batch.response_mask[local]
             ok = inputs_finite(mask, batch.advantages[local], batch.old_logprobs[local],

@@ -105,14 +105,31 @@ def minibatch_plan(num_rows: int, mini_batch_size: int, epochs: int, generator: 
     return plan
 
 
-def rank_micro_batches(minibatch: torch.Tensor, rank: int, world_size: int, micro_batch_size: int) -> list[torch.Tensor]:
+def sequence_lengths(batch: StepBatch) -> torch.Tensor:
+    """Each row's packed length: its prompt plus its response up to the last trained token."""
+    return batch.prompt_lengths.to(torch.int64) + response_lengths(batch.response_mask).to(torch.int64)
+
+
+def by_length(rows: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """``rows`` ordered by their ``lengths`` (stable), so consecutive chunks pad to similar widths;
+    unchanged when ``lengths`` is None."""
+    if lengths is None or len(rows) < 2:
+        return rows
+    return rows[torch.argsort(lengths[rows], stable=True)]
+
+
+def rank_micro_batches(minibatch: torch.Tensor, rank: int, world_size: int, micro_batch_size: int,
+                       lengths: torch.Tensor | None = None) -> list[torch.Tensor]:
     """This rank's micro-batches of one mini-batch.
 
     The mini-batch is split into ``world_size`` contiguous parts and this rank's part into the
     same number of micro-batches on every rank (``ceil(ceil(len / world) / micro)``), so all
     ranks run the same number of forward/backward passes; a part may contain empty micro-batches.
+    With ``lengths`` (every row's packed length, :func:`sequence_lengths`) a rank orders its part
+    by length before cutting it, so each micro-batch pads to about its own rows' length; the rows
+    of each rank, and so the summed gradient, are the same either way.
     """
     per_rank = math.ceil(len(minibatch) / world_size)
     count = max(1, math.ceil(per_rank / micro_batch_size))
-    part = torch.tensor_split(minibatch, world_size)[rank]
+    part = by_length(torch.tensor_split(minibatch, world_size)[rank], lengths)
     return list(torch.tensor_split(part, count))

@@ -38,6 +38,13 @@ def split_evenly(count: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
+def default_torch_threads(num_workers: int) -> int:
+    """``rollout.torch_threads=0``: the cores of the machine this runs on, divided by the workers."""
+    import os
+
+    return max(1, (os.cpu_count() or 1) // max(1, int(num_workers)))
+
+
 class RolloutWorker:
     """One rollout worker (run as a Ray actor by :class:`RolloutWorkerGroup`, or in-process).
 
@@ -47,13 +54,16 @@ class RolloutWorker:
 
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, env_source: Any, instance_ids: Sequence[int], *,
                  backend: str = "torch", device: str = "cpu", dtype: str = "float32", seed: int = 0,
-                 torch_threads: int | None = None, stop_strings: Sequence[str] = (), hidden_layer: int | None = None):
+                 torch_threads: int | None = None, num_workers: int = 1, stop_strings: Sequence[str] = (),
+                 hidden_layer: int | None = None):
         from agentrl.envs.server import EnvClient
         from agentrl.models import load_tokenizer, resolve_dtype
         from agentrl.rollout.backends import make_backend
 
         if torch_threads:
             torch.set_num_threads(int(torch_threads))
+        elif torch_threads == 0:    # rollout.torch_threads=0: this machine's cores, shared by the workers
+            torch.set_num_threads(default_torch_threads(num_workers))
         self.tokenizer = load_tokenizer(model_dir)
         self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
                                     max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
@@ -71,6 +81,9 @@ class RolloutWorker:
 
     def ready(self) -> bool:
         return True
+
+    def torch_threads(self) -> int:
+        return torch.get_num_threads()
 
     def run(self, tasks: Sequence[TaskRef], group_size: int, group_ids: Sequence[int], traj_id_start: int,
             sampling: SamplingParams, seed: int, expert_guidance: bool = False) -> RolloutResult:
@@ -104,7 +117,7 @@ class RolloutWorkerGroup:
                  num_envs: int | None = None, env_kwargs: dict[str, Any] | None = None,
                  env_url: str | None = None, env_actors: Sequence[Any] | None = None, backend: str | None = None,
                  device: str = "cpu", dtype: str = "float32", worker_num_cpus: float = 1.0,
-                 env_num_cpus: float = 1.0, num_gpus_per_worker: float = 0.0, torch_threads: int | None = 1,
+                 env_num_cpus: float = 1.0, num_gpus_per_worker: float = 0.0, torch_threads: int | None = None,
                  stop_strings: Sequence[str] = (), hidden_layer: int | None = None):
         import ray
 
@@ -131,10 +144,13 @@ class RolloutWorkerGroup:
         self.stop_token_ids = tuple(stop_token_ids(tokenizer))
         self.stop_strings = tuple(stop_strings)
         self.instance_ranges = split_evenly(self.num_envs, self.num_workers)
+        if torch_threads is None:
+            torch_threads = int(getattr(rollout_cfg, "torch_threads", 1))
         actor_class = ray.remote(RolloutWorker).options(num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker)
         self.workers = [actor_class.remote(model_dir, rollout_cfg, env_cfg, env_source, list(range(lo, hi)),
                                            backend=backend or rollout_cfg.backend, device=device, dtype=dtype,
-                                           seed=i, torch_threads=torch_threads, stop_strings=stop_strings,
+                                           seed=i, torch_threads=torch_threads, num_workers=self.num_workers,
+                                           stop_strings=stop_strings,
                                            hidden_layer=hidden_layer)
                         for i, (lo, hi) in enumerate(self.instance_ranges)]
         ray.get([w.ready.remote() for w in self.workers])

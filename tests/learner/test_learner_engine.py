@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl.learner.engine import Learner
-from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches
+from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches, sequence_lengths
 from tiny_setup import learner_config, step_batch, write_tiny_model
 
 HIDDEN_LAYER = 1
@@ -85,6 +85,25 @@ def test_update_plan_gives_every_rank_the_same_number_of_micro_batches():
         assert len(per_rank[0]) == len(per_rank[1])
         assert sorted(torch.cat([torch.cat(p) for p in per_rank]).tolist()) == sorted(minibatch.tolist())
         assert all(len(m) <= 2 for p in per_rank for m in p)
+
+
+def test_micro_batches_group_rows_of_similar_length_on_each_rank():
+    batch = step_batch(12, seed=4)
+    lengths = sequence_lengths(batch)
+    trained_to = [max(j + 1 for j, m in enumerate(row) if m > 0) for row in batch.response_mask.tolist()]
+    assert lengths.tolist() == [int(p) + r for p, r in zip(batch.prompt_lengths, trained_to)]
+    lengths = torch.tensor([9, 3, 7, 1, 8, 2, 6, 4, 5, 12, 10, 11])
+    minibatch = torch.randperm(12, generator=torch.Generator().manual_seed(1))
+    for world in (1, 2):
+        for rank in range(world):
+            plain = rank_micro_batches(minibatch, rank, world, 2)
+            grouped = rank_micro_batches(minibatch, rank, world, 2, lengths)
+            assert len(grouped) == len(plain)                                   # same passes per rank
+            assert sorted(torch.cat(grouped).tolist()) == sorted(torch.cat(plain).tolist())  # same rows
+            order = lengths[torch.cat(grouped)].tolist()
+            assert order == sorted(order)
+    width = [int(lengths[m].max()) for m in rank_micro_batches(minibatch, 0, 1, 3, lengths)]
+    assert width == [3, 6, 9, 12]           # random order pads most micro-batches to ~the longest
 
 
 # ------------------------------------------------------------------------------- log-prob pass

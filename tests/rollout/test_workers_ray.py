@@ -5,6 +5,8 @@ The torch backend here; the same through vLLM workers is in test_vllm_workers.py
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -14,7 +16,7 @@ from agentrl.rollout.validation import validate
 from agentrl.rollout.workers import RolloutWorkerGroup, split_evenly
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
-pytest.importorskip("ray")
+ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 
@@ -30,6 +32,8 @@ def test_textcraft_workers_split_envs_and_load_broadcast_weights(ray_cluster, ti
     tasks = [TaskRef("depth2", 1), TaskRef("depth2", 2)]
     with _group(tiny_model_dir, "textcraft") as group:
         assert group.instance_ranges == [(0, 2), (2, 4)]
+        # rollout.torch_threads=0 (the default): the machine's cores shared by the 2 workers
+        assert ray.get([w.torch_threads.remote() for w in group.workers]) == [max(1, (os.cpu_count() or 1) // 2)] * 2
         result = group.run(tasks, group_size=2, seed=3)
         check_batch(result, tiny_tokenizer, 2, 2, 2)
         assert result.batch.anchor_obs[0].startswith("Crafting commands:")
@@ -44,6 +48,13 @@ def test_textcraft_workers_split_envs_and_load_broadcast_weights(ray_cluster, ti
         val = validate(group, tasks + [TaskRef("depth2", 5)], temperature=0.0)
         assert [e.group_id for e in val.episodes] == [0, 1, 2] and len({e.task for e in val.episodes}) == 3
         assert 0.0 <= val.success_rate <= 1.0 and val.mean_length >= 1
+
+
+def test_rollout_torch_threads_sets_each_workers_threads(ray_cluster, tiny_model_dir):
+    env_cfg = env_config("textcraft", max_steps=2, group_size=2, tasks_per_iteration=1)
+    cfg = rollout_config(max_response_tokens=6, max_prompt_tokens=1024, prompt_truncation="left", torch_threads=3)
+    with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=1, worker_num_cpus=0.5, env_num_cpus=0.5) as group:
+        assert ray.get([w.torch_threads.remote() for w in group.workers]) == [3]
 
 
 @pytest.mark.parametrize("env_name, split", [("webshop", "test"), ("alfworld", "valid_seen")])
