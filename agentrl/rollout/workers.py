@@ -39,17 +39,21 @@ def split_evenly(count: int, parts: int) -> list[tuple[int, int]]:
 
 
 def default_torch_threads(num_workers: int) -> int:
-    """``rollout.torch_threads=0``: the cores of the machine this runs on, divided by the workers."""
+    """``rollout.torch_threads=0``: the cores this process may run on (its CPU affinity where the
+    platform has one, else the machine's count), divided by the workers."""
     import os
 
-    return max(1, (os.cpu_count() or 1) // max(1, int(num_workers)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, int(num_workers)))
 
 
 class RolloutWorker:
     """One rollout worker (run as a Ray actor by :class:`RolloutWorkerGroup`, or in-process).
 
     ``env_source`` is a list of env pool actor handles or the URL of an HTTP env server;
-    ``instance_ids`` are the pool instances this worker uses.
+    ``instance_ids`` are the pool instances this worker uses. ``torch_threads``: None leaves
+    torch's thread count as it is, 0 takes this machine's share for one of ``num_workers`` workers
+    (:func:`default_torch_threads`), n > 0 sets n.
     """
 
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, env_source: Any, instance_ids: Sequence[int], *,

@@ -33,7 +33,7 @@ def test_textcraft_workers_split_envs_and_load_broadcast_weights(ray_cluster, ti
     with _group(tiny_model_dir, "textcraft") as group:
         assert group.instance_ranges == [(0, 2), (2, 4)]
         # rollout.torch_threads=0 (the default): the machine's cores shared by the 2 workers
-        assert ray.get([w.torch_threads.remote() for w in group.workers]) == [max(1, (os.cpu_count() or 1) // 2)] * 2
+        assert ray.get([w.torch_threads.remote() for w in group.workers]) == [max(1, len(os.sched_getaffinity(0)) // 2)] * 2
         result = group.run(tasks, group_size=2, seed=3)
         check_batch(result, tiny_tokenizer, 2, 2, 2)
         assert result.batch.anchor_obs[0].startswith("Crafting commands:")
