@@ -57,14 +57,13 @@ def _model_cache(parser) -> Callable:
     (a trace flag) bypass the cache."""
     models: dict[tuple[str, str], Any] = {}
 
-    def parse(text, rule_name=None, **kwargs):
-        if kwargs.get("trace") or not isinstance(text, str):
-            return parser.parse(text, rule_name=rule_name, **kwargs)
+    def parse(text, rule_name=None, trace=False, **kwargs):
+        if trace or kwargs or not isinstance(text, str):
+            return parser.parse(text, rule_name=rule_name, trace=trace, **kwargs)
         key = (text, rule_name)
         model = models.get(key)
         if model is None:
-            model = models[key] = parser.parse(text, rule_name=rule_name, **{k: v for k, v in kwargs.items()
-                                                                             if k != "trace"})
+            model = models[key] = parser.parse(text, rule_name=rule_name)
         return model
 
     return parse
@@ -111,10 +110,7 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
     def pddl2sas(domain, problem, verbose=False, optimize=False):
         return cached_translation(domain, problem, bool(verbose), bool(optimize))
 
-    for owner, attribute in ((textgen, "copy_context"), (textgen, "_parse_and_convert"),
-                             (pddl_logic, "_parse_and_convert")):
-        getattr(owner, attribute)   # AttributeError when this TextWorld lays itself out differently
-    return {
+    replacements = {
         "textgen._parse_and_convert": (textgen, "_parse_and_convert", textgen_parse_and_convert),
         "textgen.copy_context": (textgen, "copy_context", copy_context),
         "pddl_logic._parse_and_convert": (pddl_logic, "_parse_and_convert", logic_parse_and_convert),
@@ -122,6 +118,10 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
                                          classmethod(parse_conjunctive_query)),
         "fast_downward.pddl2sas": (fast_downward, "pddl2sas", pddl2sas),
     }
+    for name, (owner, attribute, _) in replacements.items():
+        if attribute not in vars(owner):    # a TextWorld laid out differently: replace nothing
+            raise AttributeError(f"{name} not found")
+    return replacements
 
 
 def install_engine_caches() -> bool:
@@ -139,7 +139,7 @@ def install_engine_caches() -> bool:
                           f"as shipped, ~15x slower per step", RuntimeWarning, stacklevel=2)
             return False
         for name, (owner, attribute, value) in replacements.items():
-            _originals[name] = (owner, attribute, owner.__dict__[attribute])
+            _originals[name] = (owner, attribute, vars(owner)[attribute])
             setattr(owner, attribute, value)
         return True
 
