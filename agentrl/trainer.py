@@ -61,8 +61,10 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     metrics[f"{prefix}response_tokens"] = float(batch.response_mask.sum())
     metrics[f"{prefix}mixed_outcome_groups"] = _mixed_groups(result.episodes)
     for key in ("env_failures", "episodes_rerun", "episodes_masked", "guided_episodes", "generated_tokens",
-                "truncated_prompts"):
+                "truncated_prompts", "noop_actions"):
         metrics[f"{prefix}{key}"] = float(result.stats.get(key, 0.0))
+    # valid actions the environment answered with "nothing changed" (ALFWorld's "Nothing happens.")
+    metrics[f"{prefix}noop_rate"] = metrics[f"{prefix}noop_actions"] / max(1.0, float(result.stats.get("env_steps", 0)))
     # where the rollout's time went (seconds summed over the rollout workers, which run in parallel)
     for key in ("generate_s", "env_s", "prompt_s"):
         metrics[f"time/rollout_{key}"] = float(result.stats.get(key, 0.0))

@@ -119,6 +119,9 @@ class RolloutConfig:
                                choices=("error", "left"))
     invalid_action_penalty: float = F(0.1, "subtracted from the step reward when the response has no valid action",
                                       min=0)
+    noop_penalty: float = F(0.0, "subtracted from the step reward when the environment reports that a well-formed "
+                            "action changed nothing (info['noop']: ALFWorld's 'Nothing happens.', TextCraft's "
+                            "'Could not ...'); 0 = off, as in the reference framework", min=0)
     enable_thinking: bool = F(True, "ask for <think>...</think> before <action>...</action> (and require it)")
     show_admissible: bool = F(True, "list the admissible actions in the prompt (TextCraft's original protocol "
                               "has none: its recipe list is in the task)")

@@ -16,6 +16,9 @@ An environment is a :class:`gymnasium.Env` with text observation and action spac
 ``split``, ``index``    the task address.
 ``depth``               recipe depth (TextCraft) or a comparable difficulty level; ``None`` if the
                         environment has none.
+``noop``                True when the environment reports that the last action changed nothing
+                        (ALFWorld's ``Nothing happens.``, TextCraft's ``Could not ...`` replies);
+                        False after reset and for environments that cannot tell.
 
 Tasks are addressed by ``(split, index)`` and the split contents are identical on every machine
 (sorted listings, seeded shuffles). The G environments of a group get the same ``TaskRef`` and so
@@ -34,7 +37,7 @@ from typing import Any
 
 import gymnasium as gym
 
-REQUIRED_INFO_KEYS = ("admissible_actions", "won", "task", "task_type", "split", "index", "depth")
+REQUIRED_INFO_KEYS = ("admissible_actions", "won", "task", "task_type", "split", "index", "depth", "noop")
 
 MAX_TEXT_LENGTH = 1 << 16
 
@@ -149,6 +152,7 @@ class TextEnv(gym.Env, abc.ABC):
         info.setdefault("task", "")
         info.setdefault("task_type", self.name)
         info.setdefault("depth", None)
+        info["noop"] = bool(info.get("noop", False))
         info["split"] = self.task_ref.split
         info["index"] = self.task_ref.index
         return info

@@ -18,7 +18,9 @@ Reward of a record (the contract the estimators rely on):
 * ``env.reward == "success"``: ``env.success_reward`` at the step where ``info["won"]`` first
   becomes true, 0 otherwise; ``"env"``: the environment's own reward;
 * minus ``rollout.invalid_action_penalty`` when the response did not parse (``action_valid``
-  false). An invalid response still sends the parser's fallback text to the environment.
+  false). An invalid response still sends the parser's fallback text to the environment;
+* minus ``rollout.noop_penalty`` when a parsed action changed nothing (``info["noop"]``: ALFWorld's
+  ``Nothing happens.``). Off (0) by default, as in the reference framework.
 
 ``success`` is ``info["won"]`` at the last step, ``episode_return`` the sum of the rewards,
 ``score`` the environment's own task score at the last step (``info["task_score"]``, WebShop's
@@ -212,14 +214,18 @@ class RolloutEngine:
         """Apply one action per instance, a failed one reported in its result."""
         return self.client.step(items, timeout=self.env_cfg.step_timeout_s, on_shard_error="report")
 
-    def step_reward(self, won_now: bool, won_before: bool, env_reward: float, valid: bool) -> float:
+    def step_reward(self, won_now: bool, won_before: bool, env_reward: float, valid: bool,
+                    noop: bool = False) -> float:
         """A step's reward: ``env.success_reward`` at the winning step (``env.reward=success``) or the
-        env's own reward, minus ``rollout.invalid_action_penalty`` for a response without a valid action."""
+        env's own reward, minus ``rollout.invalid_action_penalty`` for a response without a valid action,
+        or minus ``rollout.noop_penalty`` for a valid action the environment says changed nothing."""
         if self.env_cfg.reward == "success":
             reward = self.env_cfg.success_reward if (won_now and not won_before) else 0.0
         else:
             reward = float(env_reward)
-        return reward if valid else reward - self.rollout_cfg.invalid_action_penalty
+        if not valid:
+            return reward - self.rollout_cfg.invalid_action_penalty
+        return reward - self.rollout_cfg.noop_penalty if noop else reward
 
     # ----- the loop ----------------------------------------------------------------------------------
     def run(self, tasks: Sequence[TaskRef], group_size: int, *, sampling: SamplingParams | None = None,
@@ -325,7 +331,7 @@ class RolloutEngine:
         active = [i for i in range(n) if resets[i].ok]
         records: list[dict[str, Any]] = []
         counters = {"env_steps": 0, "generated_tokens": 0, "prompt_tokens": 0, "truncated_prompts": 0,
-                    "max_prompt_tokens": 0, "invalid_actions": 0, "env_errors": sum(e is not None for e in errors)}
+                    "max_prompt_tokens": 0, "invalid_actions": 0, "noop_actions": 0, "env_errors": sum(e is not None for e in errors)}
         step = 0
         while active and step < env_cfg.max_steps:
             t0 = time.perf_counter()
@@ -345,7 +351,7 @@ class RolloutEngine:
             still_active = []
             for i, prompt, gen, p, res in zip(active, prompts, generations, parsed, results):
                 won_now = bool(res.info.get("won", False))
-                reward = self.step_reward(won_now, won[i], res.reward, p.valid)
+                reward = self.step_reward(won_now, won[i], res.reward, p.valid, bool(res.info.get("noop")))
                 invalid[i] += not p.valid
                 done = res.done or not res.ok or step + 1 >= env_cfg.max_steps
                 task, group_id, traj_id = envs[i]
@@ -374,6 +380,7 @@ class RolloutEngine:
             counters["max_prompt_tokens"] = max(counters["max_prompt_tokens"], max(len(p) for p in prompts))
             counters["truncated_prompts"] += truncated
             counters["invalid_actions"] += sum(not p.valid for p in parsed)
+            counters["noop_actions"] += sum(p.valid and r.ok and bool(r.info.get("noop")) for p, r in zip(parsed, results))
             counters["env_errors"] += sum(not r.ok for r in results)
             active = still_active
             step += 1

@@ -120,7 +120,7 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
             tokens = engine.tokenizer(response, add_special_tokens=False)["input_ids"] + [stop]
             usable[i] = usable[i] and res.ok and len(tokens) <= cfg.max_response_tokens
             won_now = bool(res.info.get("won", False))
-            reward = engine.step_reward(won_now, won[i], res.reward, p.valid)
+            reward = engine.step_reward(won_now, won[i], res.reward, p.valid, bool(res.info.get("noop")))
             done = res.done or not res.ok or step + 1 >= env_cfg.max_steps or step + 1 >= len(plans[i])
             group_id = groups[i][1]
             episode[i].append({

@@ -176,12 +176,15 @@ def test_expert_wins_every_task_type_with_protocol_text(env):
 
 def test_fixed_commands_and_invalid_actions(env):
     obs, info = env.reset(TaskRef("valid_unseen", 0))
+    assert info["noop"] is False
     for command, expected in [("jump", "Nothing happens."), ("Go to the moon", "Nothing happens."),
                               ("inventory", "You are not carrying anything.")]:
         obs, reward, terminated, truncated, info = env.step(command)
         assert obs == expected and reward == 0.0 and not terminated
+        assert info["noop"] is (expected == "Nothing happens.")
     obs, *_ , info = env.step("look")
     check_feedback("look", obs)
+    assert info["noop"] is False
     obs, *_ = env.step("help")
     assert "go to (receptacle):" in obs and "move (object) to (receptacle):" in obs
     plan = env.expert_actions()

@@ -98,14 +98,21 @@ def test_info_keys_on_reset_and_step(env):
             assert infos["task_type"] == f"depth{infos['depth']}" and infos["depth"] in (2, 3, 4)
             assert infos["task"] == obs.splitlines()[-1] and infos["task"].startswith("Goal: craft ")
             assert infos["admissible_actions"][0] == "inventory"
+            assert infos["noop"] is False
             json.dumps(infos)  # servable as JSON
 
 
 def test_truncation_at_max_steps():
     short = make_env("textcraft", max_steps=3)
     short.reset(TaskRef("adapt", 1))
-    flags = [short.step("jump")[2:4] for _ in range(3)]
+    steps = [short.step("jump") for _ in range(3)]
+    flags = [step[2:4] for step in steps]
+    assert all(step[0] == "Could not execute jump" and step[4]["noop"] is True for step in steps)
     assert flags == [(False, False), (False, False), (False, True)]
+    short.reset(TaskRef("adapt", 1))
+    got, crafted = short.step("get 3 ink sac"), short.step("craft 1 stick using 9 dirt")
+    assert got[0] == "Got 3 ink sac" and got[4]["noop"] is False
+    assert crafted[0].startswith("Could not find enough items") and crafted[4]["noop"] is True
     assert make_env("textcraft").max_steps == 40
 
 

@@ -4,7 +4,8 @@ Not a model. It decodes the prompt, finds the task text and the step number (the
 style says "Last k of n steps"), looks up the expert plan recorded for that task before the
 rollout, and returns the well-formed response's token ids (with the stop token) and zero
 log-probs. ``invalid_steps`` lists step numbers at which it answers without the action tags, to
-exercise the invalid-format penalty.
+exercise the invalid-format penalty; ``noop_steps`` step numbers at which it answers a well-formed
+command the environment rejects (``NOOP_ACTION``: TextCraft's ``Could not execute ...``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agentrl.rollout.prompts import format_response
 
 _TASK = re.compile(r"Task: (.*?)\n", re.S)
 _STEPS = re.compile(r"Last \d+ of (\d+) steps")
+NOOP_ACTION = "dance"
 
 
 def expert_plans(env_name: str, tasks: Sequence[TaskRef], env_kwargs: dict | None = None) -> dict[str, list[str]]:
@@ -37,10 +39,12 @@ def expert_plans(env_name: str, tasks: Sequence[TaskRef], env_kwargs: dict | Non
 class ScriptedExpertBackend(GenerationBackend):
     name = "scripted-expert (test only)"
 
-    def __init__(self, tokenizer, plans: dict[str, list[str]], invalid_steps: Sequence[int] = ()):
+    def __init__(self, tokenizer, plans: dict[str, list[str]], invalid_steps: Sequence[int] = (),
+                 noop_steps: Sequence[int] = ()):
         self.tokenizer = tokenizer
         self.plans = plans
         self.invalid_steps = set(invalid_steps)
+        self.noop_steps = set(noop_steps)
         self.calls = 0
 
     def _respond(self, prompt: str) -> str:
@@ -50,8 +54,10 @@ class ScriptedExpertBackend(GenerationBackend):
         step = int(steps.group(1)) if steps else 0
         if step in self.invalid_steps:
             return "I will just wait here"
+        if step in self.noop_steps:
+            return format_response(NOOP_ACTION, "trying something else")
         plan = self.plans[task]
-        done = step - sum(1 for s in self.invalid_steps if s < step)  # plan steps already taken
+        done = step - sum(1 for s in self.invalid_steps | self.noop_steps if s < step)  # plan steps already taken
         return format_response(plan[min(done, len(plan) - 1)], "following the plan")
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:

@@ -15,7 +15,7 @@ from agentrl.rollout.engine import PromptTooLongError, RolloutEngine
 from agentrl.rollout.validation import eval_tasks, validate
 
 from rollout_helpers import env_config, rollout_config
-from scripted_backend import ScriptedExpertBackend, expert_plans
+from scripted_backend import NOOP_ACTION, ScriptedExpertBackend, expert_plans
 
 TASKS = [TaskRef("depth2", 0), TaskRef("depth2", 3)]
 
@@ -62,6 +62,27 @@ def test_expert_rollout_records_rewards_history_and_ids(tiny_tokenizer):
     stop = stop_token_ids(tiny_tokenizer)[0]
     assert all(int(batch.response_ids[i, int(n) - 1]) == stop for i, n in enumerate(lengths))
     assert result.stats["env_steps"] == len(batch) and result.stats["invalid_actions"] == 4
+
+
+@pytest.mark.parametrize("noop_penalty", [0.0, 0.5])
+def test_noop_penalty_charges_well_formed_actions_that_change_nothing(tiny_tokenizer, noop_penalty):
+    env_cfg = env_config(max_steps=15, history_length=2, success_reward=10.0)
+    plans = expert_plans("textcraft", TASKS)
+    backend = ScriptedExpertBackend(tiny_tokenizer, plans, invalid_steps=[1], noop_steps=[2])
+    rollout_cfg = rollout_config(invalid_action_penalty=0.25, noop_penalty=noop_penalty)
+    result = _engine(backend, tiny_tokenizer, env_cfg, rollout_cfg, 4).run(TASKS, group_size=2)
+    batch = result.batch
+    assert [e.won for e in result.episodes] == [True] * 4
+    for ep in result.episodes:
+        rows = (batch.traj_id == ep.traj_id).nonzero().flatten().tolist()
+        # step 1 has no tags (invalid: only the format penalty), step 2 a well-formed command TextCraft rejects
+        assert batch.action[rows[2]] == NOOP_ACTION and bool(batch.action_valid[rows[2]])
+        assert batch.anchor_obs[rows[3]] == f"Could not execute {NOOP_ACTION}"
+        rewards = batch.reward[rows].tolist()
+        assert rewards[1] == pytest.approx(-0.25) and rewards[2] == pytest.approx(-noop_penalty)
+        assert ep.episode_return == pytest.approx(10.0 - 0.25 - noop_penalty)
+    # counted whether or not it is charged; the expert's own commands never are
+    assert result.stats["noop_actions"] == 4 and result.stats["invalid_actions"] == 4
 
 
 def test_counted_history_reaches_the_prompts_the_policy_answers(tiny_tokenizer):

@@ -134,7 +134,9 @@ class ALFWorldEnv(TextEnv):
             self._held = picked.group(1)
         elif PUT_DOWN.match(feedback) is not None:
             self._held = None
-        return self._state.feedback, float(score), bool(done), self._info()
+        info = self._info()
+        info["noop"] = feedback == "Nothing happens."
+        return self._state.feedback, float(score), bool(done), info
 
     def expert_next_action(self) -> str:
         """The searching expert's command for the current state, whichever way the agent got here

@@ -29,6 +29,8 @@ from agentrl.envs.textcraft.tasks import TaskLayout, build_layout, build_splits
 
 CRAFT_RE = re.compile(r"craft (.*) using (.*)")
 GET_RE = re.compile(r"get ([0-9]+) (.*)")
+# the replies of a command that changed nothing (info["noop"])
+NOOP_REPLIES = ("Could not ", "Wrong item format: ")
 COUNT_RE = re.compile(r"([0-9]+) (.*)")
 
 _LAYOUTS: dict[tuple[str, int], TaskLayout] = {}
@@ -86,7 +88,9 @@ class TextCraftEnv(TextEnv):
 
     def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         obs, crafted_goal = self._respond(action)
-        return obs, 1.0 if crafted_goal else 0.0, crafted_goal, self._info(self.won or crafted_goal)
+        info = self._info(self.won or crafted_goal)
+        info["noop"] = obs.startswith(NOOP_REPLIES)
+        return obs, 1.0 if crafted_goal else 0.0, crafted_goal, info
 
     # ----- commands ----------------------------------------------------------------------------
     def _respond(self, action: str) -> tuple[str, bool]:
