@@ -122,6 +122,11 @@ class RolloutConfig:
     noop_penalty: float = F(0.0, "subtracted from the step reward when the environment reports that a well-formed "
                             "action changed nothing (info['noop']: ALFWorld's 'Nothing happens.', TextCraft's "
                             "'Could not ...'); 0 = off, as in the reference framework", min=0)
+    noop_anchor: str = F("observation", "what a step after a no-op action (info['noop']) is grouped by in GiGPO's "
+                         "step groups: observation = its observation, as in the reference framework (every "
+                         "'Nothing happens.' of a group shares one anchor); state = the anchor before the "
+                         "no-op, since the environment's state did not change",
+                         choices=("observation", "state"))
     enable_thinking: bool = F(True, "ask for <think>...</think> before <action>...</action> (and require it)")
     show_admissible: bool = F(True, "list the admissible actions in the prompt (TextCraft's original protocol "
                               "has none: its recipe list is in the task)")

@@ -227,6 +227,15 @@ class RolloutEngine:
             return reward - self.rollout_cfg.invalid_action_penalty
         return reward - self.rollout_cfg.noop_penalty if noop else reward
 
+    def next_anchor(self, anchor: str, obs: str, info: dict[str, Any]) -> str:
+        """The anchor observation of the next step: the new observation, or with ``rollout.noop_anchor =
+        state`` the current anchor when the environment says the action changed nothing (``info["noop"]``),
+        so the steps taken from one unchanged state share a GiGPO step group instead of every
+        ``Nothing happens.`` of the group sharing one."""
+        if self.rollout_cfg.noop_anchor == "state" and info.get("noop"):
+            return anchor
+        return obs
+
     # ----- the loop ----------------------------------------------------------------------------------
     def run(self, tasks: Sequence[TaskRef], group_size: int, *, sampling: SamplingParams | None = None,
             seed: int = 0, group_ids: Sequence[int] | None = None, traj_id_start: int = 0,
@@ -319,6 +328,7 @@ class RolloutEngine:
         timing["env_s"] += time.perf_counter() - t0
         n = len(envs)
         obs = [r.obs for r in resets]
+        anchors = list(obs)     # what each step is grouped by (GiGPO): see next_anchor
         info = [r.info for r in resets]
         task_type = [str(r.info.get("task_type", "")) for r in resets]
         histories = [History() for _ in range(n)]
@@ -358,7 +368,7 @@ class RolloutEngine:
                 records.append({
                     "group_id": group_id, "traj_id": traj_id, "step": step, "prompt_ids": prompt,
                     "response_ids": gen.token_ids, "response_mask": [1.0] * len(gen.token_ids),
-                    "rollout_logprobs": gen.logprobs, "reward": reward, "done": done, "anchor_obs": obs[i],
+                    "rollout_logprobs": gen.logprobs, "reward": reward, "done": done, "anchor_obs": anchors[i],
                     "action": p.action if p.valid else "", "action_valid": p.valid, "task_type": task_type[i],
                     "hidden": gen.hidden,   # None unless the backend records hidden states (BiPACE)
                 })
@@ -372,6 +382,7 @@ class RolloutEngine:
                                            "action": p.action, "valid": p.valid, "reward": reward})
                 histories[i].add(obs[i], p.action)
                 obs[i], info[i] = res.obs, res.info
+                anchors[i] = self.next_anchor(anchors[i], res.obs, res.info)
                 if not done:
                     still_active.append(i)
             counters["env_steps"] += len(active)

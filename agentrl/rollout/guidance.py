@@ -100,6 +100,7 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
         live, plans = [], {}
     stop = engine.stop_token_ids[0]
     obs = {i: resets[i].obs for i in live}
+    anchors = dict(obs)
     info = {i: resets[i].info for i in live}
     history = {i: History() for i in live}
     won = dict.fromkeys(live, False)
@@ -126,7 +127,7 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
             episode[i].append({
                 "group_id": group_id, "traj_id": GUIDED_TRAJ_ID_BASE + group_id, "step": step,
                 "prompt_ids": prompt, "response_ids": tokens, "response_mask": [1.0] * len(tokens),
-                "rollout_logprobs": [0.0] * len(tokens), "reward": reward, "done": done, "anchor_obs": obs[i],
+                "rollout_logprobs": [0.0] * len(tokens), "reward": reward, "done": done, "anchor_obs": anchors[i],
                 "action": p.action if p.valid else "", "action_valid": p.valid,
                 "task_type": str(info[i].get("task_type", "")),
                 "hidden": hidden[j] if hidden is not None else None,
@@ -134,6 +135,7 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
             won[i] = won[i] or won_now
             history[i].add(obs[i], p.action)
             obs[i], info[i] = res.obs, res.info
+            anchors[i] = engine.next_anchor(anchors[i], res.obs, res.info)
             if not done:
                 still_active.append(i)
         active = still_active

@@ -309,7 +309,10 @@ def test_engine_caches_leave_every_text_unchanged(games_dir, monkeypatch):
         assert not engine_caches.engine_caches_installed()
         shipped = textgen.copy_context
         monkeypatch.setenv(engine_caches.ENV_SWITCH, "1")
+        monkeypatch.setattr(sys, "argv", ["a-training-script", "--its-option"])
         cached = _play_texts(games_dir)        # loading the first engine env installs them
+        # fast_downward's translation sets sys.argv for its own option parser; the cache gives it back
+        assert sys.argv == ["a-training-script", "--its-option"]
         assert engine_caches.engine_caches_installed()
         assert textgen.copy_context is not shipped
         assert fast_downward.pddl2sas.__name__ == "pddl2sas" and fast_downward.pddl2sas.__module__ == engine_caches.__name__

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import warnings
 from typing import Any, Callable
@@ -105,7 +106,11 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
 
     @functools.lru_cache(maxsize=PDDL2SAS_CACHE_SIZE)
     def cached_translation(domain, problem, verbose, optimize):
-        return translate(domain, problem, verbose=verbose, optimize=optimize)
+        argv = sys.argv     # fast_downward sets sys.argv for its option parser: give the caller's back
+        try:
+            return translate(domain, problem, verbose=verbose, optimize=optimize)
+        finally:
+            sys.argv = argv
 
     def pddl2sas(domain, problem, verbose=False, optimize=False):
         return cached_translation(domain, problem, bool(verbose), bool(optimize))
