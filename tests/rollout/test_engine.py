@@ -13,6 +13,7 @@ from agentrl.models import load_model, stop_token_ids
 from agentrl.rollout.backends import TorchBackend
 from agentrl.rollout.engine import PromptTooLongError, RolloutEngine
 from agentrl.rollout.validation import eval_tasks, validate
+from agentrl.trainer import episode_metrics
 
 from rollout_helpers import env_config, rollout_config
 from scripted_backend import NOOP_ACTION, ScriptedExpertBackend, expert_plans
@@ -89,6 +90,9 @@ def test_noop_penalty_charges_well_formed_actions_that_change_nothing(tiny_token
         assert ep.episode_return == pytest.approx(10.0 - 0.25 - noop_penalty)
     # counted whether or not it is charged; the expert's own commands never are
     assert result.stats["noop_actions"] == 4 and result.stats["invalid_actions"] == 4
+    metrics = episode_metrics(result)     # what the trainer logs per iteration
+    assert metrics["rollout/noop_actions"] == 4
+    assert metrics["rollout/noop_rate"] == pytest.approx(4 / result.stats["env_steps"]) and result.stats["env_steps"] > 8
 
 
 def test_counted_history_reaches_the_prompts_the_policy_answers(tiny_tokenizer):
