@@ -361,7 +361,9 @@ class RolloutEngine:
             still_active = []
             for i, prompt, gen, p, res in zip(active, prompts, generations, parsed, results):
                 won_now = bool(res.info.get("won", False))
-                reward = self.step_reward(won_now, won[i], res.reward, p.valid, bool(res.info.get("noop")))
+                noop = p.valid and res.ok and bool(res.info.get("noop"))
+                reward = self.step_reward(won_now, won[i], res.reward, p.valid, noop)
+                counters["noop_actions"] += noop
                 invalid[i] += not p.valid
                 done = res.done or not res.ok or step + 1 >= env_cfg.max_steps
                 task, group_id, traj_id = envs[i]
@@ -391,7 +393,6 @@ class RolloutEngine:
             counters["max_prompt_tokens"] = max(counters["max_prompt_tokens"], max(len(p) for p in prompts))
             counters["truncated_prompts"] += truncated
             counters["invalid_actions"] += sum(not p.valid for p in parsed)
-            counters["noop_actions"] += sum(p.valid and r.ok and bool(r.info.get("noop")) for p, r in zip(parsed, results))
             counters["env_errors"] += sum(not r.ok for r in results)
             active = still_active
             step += 1

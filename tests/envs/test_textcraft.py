@@ -109,11 +109,15 @@ def test_truncation_at_max_steps():
     flags = [step[2:4] for step in steps]
     assert all(step[0] == "Could not execute jump" and step[4]["noop"] is True for step in steps)
     assert flags == [(False, False), (False, False), (False, True)]
-    short.reset(TaskRef("adapt", 1))
-    got, crafted = short.step("get 3 ink sac"), short.step("craft 1 stick using 9 dirt")
+    assert make_env("textcraft").max_steps == 40
+
+
+def test_noop_flags_the_commands_that_change_nothing():
+    env = make_env("textcraft", max_steps=5)
+    env.reset(TaskRef("adapt", 1))
+    got, crafted = env.step("get 3 ink sac"), env.step("craft 1 stick using 9 dirt")
     assert got[0] == "Got 3 ink sac" and got[4]["noop"] is False
     assert crafted[0].startswith("Could not find enough items") and crafted[4]["noop"] is True
-    assert make_env("textcraft").max_steps == 40
 
 
 def test_winning_on_the_last_step_is_terminated_not_truncated():

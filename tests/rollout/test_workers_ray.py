@@ -5,7 +5,6 @@ The torch backend here; the same through vLLM workers is in test_vllm_workers.py
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ import torch
 from agentrl.envs import TaskRef, make_env
 from agentrl.models import build_tiny_model
 from agentrl.rollout.validation import validate
-from agentrl.rollout.workers import RolloutWorkerGroup, split_evenly
+from agentrl.rollout.workers import RolloutWorkerGroup, default_torch_threads, split_evenly
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
 ray = pytest.importorskip("ray")
@@ -33,7 +32,7 @@ def test_textcraft_workers_split_envs_and_load_broadcast_weights(ray_cluster, ti
     with _group(tiny_model_dir, "textcraft") as group:
         assert group.instance_ranges == [(0, 2), (2, 4)]
         # rollout.torch_threads=0 (the default): the machine's cores shared by the 2 workers
-        assert ray.get([w.torch_threads.remote() for w in group.workers]) == [max(1, len(os.sched_getaffinity(0)) // 2)] * 2
+        assert ray.get([w.torch_threads.remote() for w in group.workers]) == [default_torch_threads(2)] * 2
         result = group.run(tasks, group_size=2, seed=3)
         check_batch(result, tiny_tokenizer, 2, 2, 2)
         assert result.batch.anchor_obs[0].startswith("Crafting commands:")

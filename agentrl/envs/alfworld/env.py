@@ -38,6 +38,7 @@ from agentrl.envs.base import TaskRef, TextEnv
 BANNER = "-= Welcome to TextWorld, ALFRED! =-\n\n"
 PICKED_UP = re.compile(r"You pick up the (.+?) from the ")
 PUT_DOWN = re.compile(r"You move the (.+?) to the ")
+NOTHING_HAPPENS = "Nothing happens."    # the engine's answer to any command not admissible (info["noop"])
 
 
 @functools.lru_cache(maxsize=16)
@@ -135,7 +136,7 @@ class ALFWorldEnv(TextEnv):
         elif PUT_DOWN.match(feedback) is not None:
             self._held = None
         info = self._info()
-        info["noop"] = feedback == "Nothing happens."
+        info["noop"] = feedback == NOTHING_HAPPENS
         return self._state.feedback, float(score), bool(done), info
 
     def expert_next_action(self) -> str:
@@ -149,7 +150,7 @@ class ALFWorldEnv(TextEnv):
         if self._listed is None:
             raise RuntimeError(f"alfworld: the first observation of {self._game_path} lists no receptacles")
         feedback = self._state.feedback
-        if feedback.strip() == "Nothing happens." and self._place_feedback is not None:
+        if feedback.strip() == NOTHING_HAPPENS and self._place_feedback is not None:
             feedback = self._place_feedback
         here = observed_receptacle(self._place_feedback) if self._place_feedback else None
         return search_action(parse_goal(self._goal_line), self._listed, feedback,
