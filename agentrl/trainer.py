@@ -28,7 +28,7 @@ from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
 from agentrl.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
-from agentrl.rollout.guidance import sampled_rows_of_guided_groups
+from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE, sampled_rows_of_guided_groups
 from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
 from agentrl.tracking import Tracker
 
@@ -77,6 +77,22 @@ def guided_advantages(batch, advantages, rollout_cfg):
     if not rollout_cfg.expert_guidance or rollout_cfg.expert_guidance_negatives:
         return advantages
     return advantages.masked_fill(sampled_rows_of_guided_groups(batch), 0.0)
+
+
+def rollout_logprob_gap(batch) -> dict[str, float]:
+    """How far the learner's log-probs of the sampled tokens (``old_logprobs``, before the update)
+    are from the ones the rollout backend reported: mean and max absolute difference over the
+    sampled response tokens. Near 0 when the backend runs the learner's weights in the same
+    precision; bf16 generation (vLLM, the torch backend on GPU) shows as a small gap, a weight sync
+    that did not arrive as a large one. Expert-guided rows are left out: nothing sampled their
+    tokens, so their rollout log-probs are 0."""
+    if len(batch) == 0 or batch.old_logprobs is None:
+        return {}
+    sampled = (batch.traj_id < GUIDED_TRAJ_ID_BASE).unsqueeze(1) & (batch.response_mask > 0)
+    if not bool(sampled.any()):
+        return {}
+    gap = (batch.old_logprobs.float() - batch.rollout_logprobs.float()).abs()[sampled]
+    return {"learner/rollout_logprob_gap_mean": float(gap.mean()), "learner/rollout_logprob_gap_max": float(gap.max())}
 
 
 def rows_to_train(batch, skip_zero_advantage: bool):
@@ -228,6 +244,7 @@ class Trainer:
         metrics.update({f"estimator/{k}": v for k, v in diagnostics.items()})
         metrics.update({f"learner/{k}": v for k, v in update.items()})
         metrics["learner/trained_row_fraction"] = kept
+        metrics.update(rollout_logprob_gap(batch))
         metrics.update(schedule_metrics)
         metrics.update(times)
         return metrics

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# GPU smoke run: 2 training iterations of an ALFWorld recipe on ONE GPU, through the vLLM rollout
+# GPU smoke run: 2 training iterations of a 1.5B recipe on ONE GPU, through the vLLM rollout
 # backend and the DeepSpeed ZeRO learner, on a randomly initialised model with the Qwen2.5-1.5B
 # architecture (model.random_init=true: no weights are downloaded). Prints rollout tokens/s,
-# learner tokens/s and iteration time from the run's metrics.jsonl (scripts/smoke_report.py).
+# learner tokens/s, iteration time and the rollout/learner log-prob gap from the run's
+# metrics.jsonl (scripts/smoke_report.py).
 #
 #   bash scripts/gpu_smoke.sh                                  # defaults below
-#   RECIPE=alfworld_gigpo_qwen1.5b bash scripts/gpu_smoke.sh   # another ALFWorld 1.5B recipe
+#   RECIPE=alfworld_gigpo_qwen1.5b bash scripts/gpu_smoke.sh   # another 1.5B recipe (textcraft_* too)
+#   SMOKE_BACKEND=torch bash scripts/gpu_smoke.sh              # the torch rollout backend instead of vLLM
 #   bash scripts/gpu_smoke.sh env.group_size=8                 # extra key=value overrides go last
 #
-# Needs a venv with a CUDA torch, vllm and alfworld:
+# Needs a venv with a CUDA torch, vllm (unless SMOKE_BACKEND=torch) and, for ALFWorld recipes, alfworld:
 #   AGENTRL_TORCH=torch AGENTRL_EXTRAS=dev,alfworld,vllm bash scripts/setup.sh
 # (the docker/Dockerfile image has them). The first ALFWorld use generates the game set
 # (~/.cache/agentrl/alfworld, or $ALFWORLD_DATA when it holds the official data).
@@ -20,15 +22,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${AGENTRL_PYTHON:-.venv/bin/python}
 RECIPE=${RECIPE:-alfworld_bipace_qwen1.5b}
+BACKEND=${SMOKE_BACKEND:-vllm}
 OUT=${SMOKE_OUT:-/tmp/agentrl-gpu-smoke}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} RAY_USAGE_STATS_ENABLED=0 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
   || { echo "[gpu-smoke] no CUDA device visible to $PY" >&2; exit 1; }
-"$PY" -c "import vllm" 2>/dev/null \
-  || { echo "[gpu-smoke] vllm does not import in $PY; run AGENTRL_TORCH=torch AGENTRL_EXTRAS=dev,alfworld,vllm bash scripts/setup.sh" >&2; exit 1; }
-"$PY" -c "import alfworld" 2>/dev/null \
-  || { echo "[gpu-smoke] alfworld does not import in $PY; install agentrl with the alfworld extra" >&2; exit 1; }
+case "$BACKEND" in
+  vllm) "$PY" -c "import vllm" 2>/dev/null \
+    || { echo "[gpu-smoke] vllm does not import in $PY; run AGENTRL_TORCH=torch AGENTRL_EXTRAS=dev,alfworld,vllm bash scripts/setup.sh, or set SMOKE_BACKEND=torch" >&2; exit 1; } ;;
+  torch) ;;
+  *) echo "[gpu-smoke] SMOKE_BACKEND=$BACKEND: use vllm or torch" >&2; exit 1 ;;
+esac
+if [[ "$RECIPE" == alfworld_* ]]; then
+  "$PY" -c "import alfworld" 2>/dev/null \
+    || { echo "[gpu-smoke] alfworld does not import in $PY; install agentrl with the alfworld extra" >&2; exit 1; }
+fi
 
 # One GPU holds both the learner (in the driver process) and one vLLM engine, so the recipe's
 # 2 learner ranks and tensor parallelism 2 become 1 and 1, and vLLM takes 30 % of the memory.
@@ -46,7 +55,7 @@ ARGS=(
   env.group_size=4
   env.max_steps=8
   env.num_servers=4
-  rollout.backend=vllm
+  "rollout.backend=$BACKEND"
   rollout.num_workers=1
   rollout.max_response_tokens=128
   rollout.prompt_truncation=left
@@ -60,7 +69,7 @@ ARGS=(
 )
 
 rm -rf "$OUT/smoke"
-echo "[gpu-smoke] $RECIPE, 2 iterations, random Qwen2.5-1.5B weights, run dir $OUT/smoke"
+echo "[gpu-smoke] $RECIPE, $BACKEND rollout backend, 2 iterations, random Qwen2.5-1.5B weights, run dir $OUT/smoke"
 start=$(date +%s)
 "$PY" -m agentrl.cli.main train "recipe=$RECIPE" "${ARGS[@]}" "trainer.output_dir=$OUT" trainer.run_name=smoke "$@"
 echo "[gpu-smoke] train finished in $(( $(date +%s) - start )) s (model build, engine start-up and checkpoint included)"

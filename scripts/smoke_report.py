@@ -9,7 +9,10 @@ One line per training iteration and a summary:
   rollout's wall time (``rollout/response_tokens / time/rollout_s``; prompt tokens not counted);
 * learner tokens/s: tokens (prompt + response) through forward and backward in the PPO update,
   summed over learner ranks, per second of update (``learner/tokens_per_s``);
-* iteration s: rollout + learner pass + estimate + update + weight sync (``time/iteration_s``).
+* iteration s: rollout + learner pass + estimate + update + weight sync (``time/iteration_s``);
+* logprob gap: the largest absolute difference between the rollout backend's log-prob of a sampled
+  token and the learner's (``learner/rollout_logprob_gap_max``): bf16 generation leaves a small
+  one, a weight sync that did not arrive a large one (shown as nan when the run did not log it).
 
 The summary averages iterations 2..N when there are several (iteration 1 carries one-off costs:
 CUDA graph capture, allocator warm-up) and iteration 1 otherwise. Only the standard library is
@@ -74,6 +77,7 @@ def iteration_rows(records: list[dict[str, Any]]) -> list[dict[str, float]]:
             "sync_s": float(r.get("time/sync_s", 0.0)),
             "response_tokens": float(r.get("rollout/response_tokens", 0.0)),
             "step_records": float(r.get("rollout/step_records", 0.0)),
+            "logprob_gap_max": float(r.get("learner/rollout_logprob_gap_max", float("nan"))),
         })
     return rows
 
@@ -91,11 +95,12 @@ def summarize(rows: list[dict[str, float]]) -> dict[str, Any]:
 
 def format_report(rows: list[dict[str, float]], summary: dict[str, Any]) -> str:
     lines = [f"{'iter':>4} {'rollout tok/s':>14} {'learner tok/s':>14} {'iteration s':>12}   "
-             "(rollout s, learner pass s, update s, sync s; generated tokens, step records)"]
+             "(rollout s, learner pass s, update s, sync s; generated tokens, step records; logprob gap max)"]
     for r in rows:
         lines.append(f"{int(r['iteration']):>4} {r['rollout_tokens_per_s']:>14.1f} {r['learner_tokens_per_s']:>14.1f} "
                      f"{r['iteration_s']:>12.2f}   ({r['rollout_s']:.2f}, {r['learner_pass_s']:.2f}, "
-                     f"{r['update_s']:.2f}, {r['sync_s']:.2f}; {int(r['response_tokens'])}, {int(r['step_records'])})")
+                     f"{r['update_s']:.2f}, {r['sync_s']:.2f}; {int(r['response_tokens'])}, {int(r['step_records'])}; "
+                     f"{r['logprob_gap_max']:.3g})")
     if rows:
         span = summary["averaged_over"]
         which = f"iteration {span[0]}" if len(span) == 1 else f"iterations {span[0]}-{span[-1]}"

@@ -120,18 +120,22 @@ def test_relative_markdown_links_resolve():
 SMOKE = ROOT / "scripts" / "gpu_smoke.sh"
 
 
-def test_gpu_smoke_script_parses_and_its_overrides_are_valid_config():
+@pytest.mark.parametrize("recipe_override, backend", [(None, None), ("textcraft_bipace_qwen1.5b", "torch")])
+def test_gpu_smoke_script_parses_and_its_overrides_are_valid_config(recipe_override, backend):
+    """The script's defaults, and the variant run on an H100 (docs/benchmarks.md, GPU smoke)."""
     subprocess.run(["bash", "-n", str(SMOKE)], check=True)
     from agentrl.config import load_config
 
     text = SMOKE.read_text()
-    recipe = re.search(r"RECIPE=\$\{RECIPE:-([\w.\-]+)\}", text).group(1)
-    args = re.search(r"\nARGS=\(\n(.*?)\n\)", text, re.S).group(1).split()
-    cfg = load_config(recipe, args + ["trainer.output_dir=/tmp/agentrl-gpu-smoke", "trainer.run_name=smoke"])
-    assert cfg.env.name == "alfworld"
+    recipe = recipe_override or re.search(r"RECIPE=\$\{RECIPE:-([\w.\-]+)\}", text).group(1)
+    backend = backend or re.search(r"BACKEND=\$\{SMOKE_BACKEND:-(\w+)\}", text).group(1)
+    args = re.search(r"\nARGS=\(\n(.*?)\n\)", text, re.S).group(1).replace("$BACKEND", backend).split()
+    cfg = load_config(recipe, [a.strip('"') for a in args] + ["trainer.output_dir=/tmp/agentrl-gpu-smoke",
+                                                               "trainer.run_name=smoke"])
+    assert cfg.env.name == ("textcraft" if recipe_override else "alfworld")
     assert cfg.model.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct" and cfg.model.random_init
     assert cfg.trainer.iterations == 2 and cfg.trainer.device == "cuda"
-    assert cfg.rollout.backend == "vllm" and cfg.learner.num_ranks == 1
+    assert cfg.rollout.backend == backend and cfg.learner.num_ranks == 1
     assert cfg.rollout.vllm.tensor_parallel_size == 1
 
 

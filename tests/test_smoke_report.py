@@ -49,6 +49,8 @@ RUN_RECORD = {'step': 1,
  'learner/skipped_steps': 0.0,
  'learner/skipped_micro_batches': 0.0,
  'learner/tokens_per_s': 9552.129609447513,
+ 'learner/rollout_logprob_gap_mean': 1.1920928955078125e-07,
+ 'learner/rollout_logprob_gap_max': 4.76837158203125e-07,
  'learner/update_s': 0.866508342999623,
  'time/rollout_s': 0.17305407999992894,
  'time/learner_pass_s': 0.26867643799960206,
@@ -72,6 +74,8 @@ def test_real_tiny_run_record(tmp_path):
     assert row["rollout_tokens_per_s"] == pytest.approx(122.0 / 0.17305407999992894)
     assert row["learner_tokens_per_s"] == pytest.approx(9552.129609447513)
     assert row["iteration_s"] == pytest.approx(1.3200603549985317)
+    assert row["logprob_gap_max"] == pytest.approx(4.76837158203125e-07)
+    assert "4.77e-07)" in smoke_report.format_report(rows, smoke_report.summarize(rows))
     summary = smoke_report.summarize(rows)
     assert summary["iterations"] == 1 and summary["averaged_over"] == [1]
     assert summary["iteration_s"] == pytest.approx(1.3200603549985317)
@@ -134,7 +138,7 @@ def test_the_trainer_still_logs_the_keys_the_report_reads():
     trainer = (ROOT / "agentrl" / "trainer.py").read_text()
     engine = (ROOT / "agentrl" / "learner" / "engine.py").read_text()
     for key in ("time/rollout_s", "time/learner_pass_s", "time/update_s", "time/sync_s", "time/iteration_s",
-                "response_tokens", "step_records"):
+                "response_tokens", "step_records", "learner/rollout_logprob_gap_max"):
         assert key in trainer, key
     assert "tokens_per_s=" in engine
     for key in ("time/iteration_s", "time/rollout_s", "rollout/response_tokens", "learner/tokens_per_s"):

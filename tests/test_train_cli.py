@@ -39,8 +39,9 @@ def train_args(out: Path, start_model: str, iterations: int = 2) -> list[str]:
             "trainer.eval_every=2", "trainer.eval_before_train=false", "eval.num_tasks=2",
             "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=4", "rollout.max_response_tokens=8",
             "learner.num_ranks=2", "learner.zero_stage=2", "learner.mini_batch_size=8", "learner.micro_batch_size=4",
-            "learner.lr=1e-3", "learner.kl_coef=0.01", "logging.wandb.mode=offline", "logging.progress_bar=true",
-            # a random policy never wins: the penalty on its invalid actions is what gives non-zero advantages
+            "learner.lr=1e-3", "learner.kl_coef=0.01", "learner.entropy_coef=0.01", "logging.wandb.mode=offline", "logging.progress_bar=true",
+            # a random policy never wins and every step gets the same invalid-action penalty, so the
+            # advantages are 0: the entropy bonus is what moves the weights in every update
             "rollout.invalid_action_penalty=0.1", "learner.skip_zero_advantage=false"]
 
 
@@ -70,6 +71,9 @@ def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
                 "time/rollout_generate_s", "time/rollout_env_s", "rollout/generated_tokens"):
         assert key in iteration_2, key
     assert any("val/success_rate" in r for r in records)
+    # iteration 2 sampled with the weights synced after iteration 1's update: the rollout backend's
+    # log-probs of its tokens match the learner's (both fp32 on CPU)
+    assert iteration_2["learner/rollout_logprob_gap_max"] < 1e-3
     assert "iter 2/2" in out  # progress line
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "wandb").is_dir()

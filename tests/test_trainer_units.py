@@ -8,7 +8,7 @@ from agentrl.config import load_config
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS
 from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
-from agentrl.trainer import estimator_params, guided_advantages, rows_to_train
+from agentrl.trainer import estimator_params, guided_advantages, rollout_logprob_gap, rows_to_train
 
 # estimator parameters deliberately left at their defaults (not exposed in the config)
 NOT_IN_CONFIG = {"calibration_grid"}
@@ -86,3 +86,21 @@ def test_guided_groups_keep_their_failed_samples_at_zero_unless_negatives_are_as
     assert kept.tolist() == pytest.approx([0.0, 0.0, 6.7, -5.0, 5.0])
     both = guided_advantages(batch, adv, RolloutConfig(expert_guidance=True, expert_guidance_negatives=True))
     assert torch.equal(both, adv)
+
+
+def test_rollout_logprob_gap_counts_only_sampled_response_tokens():
+    import torch
+
+    from agentrl.data import StepBatch
+    from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
+
+    # row 0: sampled, second token masked out; row 1: the expert's (guided) step, rollout log-probs 0
+    records = [dict(group_id=0, traj_id=t, step=0, done=True, success=False, reward=0.0, prompt_ids=[5],
+                    response_ids=[7, 8], response_mask=mask, rollout_logprobs=[-1.0, -2.0], anchor_obs="o")
+               for t, mask in ((0, [1.0, 0.0]), (GUIDED_TRAJ_ID_BASE, [1.0, 1.0]))]
+    batch = StepBatch.from_records(records, pad_id=0)
+    assert rollout_logprob_gap(batch) == {}                       # no learner pass yet
+    scored = batch.with_columns(old_logprobs=torch.tensor([[-1.25, -9.0], [-7.0, -7.0]]))
+    assert rollout_logprob_gap(scored) == {"learner/rollout_logprob_gap_mean": 0.25,
+                                           "learner/rollout_logprob_gap_max": 0.25}
+    assert rollout_logprob_gap(scored.select(torch.tensor([False, True]))) == {}    # guided rows only

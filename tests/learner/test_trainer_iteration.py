@@ -83,5 +83,7 @@ def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
         trainer.tracker.close()
     assert trainer.learner.passes == [(rows_scored, with_hidden)]
     assert metrics["learner/optimizer_steps"] == 1.0 and metrics["time/learner_pass_s"] > 0
+    # the recorded rollout reports log-probs of 0, so the gap is the learner's own -log p of those tokens
+    assert metrics["learner/rollout_logprob_gap_max"] >= metrics["learner/rollout_logprob_gap_mean"] > 1.0
     if rows_scored == 3:        # group 1's three rows: the all-failed group 0 is left out before the pass
         assert metrics["learner/trained_row_fraction"] == pytest.approx(3 / 7)
