@@ -28,7 +28,7 @@ from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
 from agentrl.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
-from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE, sampled_rows_of_guided_groups
+from agentrl.rollout.guidance import guided_rows, sampled_rows_of_guided_groups
 from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
 from agentrl.tracking import Tracker
 
@@ -88,7 +88,7 @@ def rollout_logprob_gap(batch) -> dict[str, float]:
     tokens, so their rollout log-probs are 0."""
     if len(batch) == 0 or batch.old_logprobs is None:
         return {}
-    sampled = (batch.traj_id < GUIDED_TRAJ_ID_BASE).unsqueeze(1) & (batch.response_mask > 0)
+    sampled = ~guided_rows(batch).unsqueeze(1) & (batch.response_mask > 0)
     if not bool(sampled.any()):
         return {}
     gap = (batch.old_logprobs.float() - batch.rollout_logprobs.float()).abs()[sampled]

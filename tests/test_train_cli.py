@@ -39,7 +39,8 @@ def train_args(out: Path, start_model: str, iterations: int = 2) -> list[str]:
             "trainer.eval_every=2", "trainer.eval_before_train=false", "eval.num_tasks=2",
             "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=4", "rollout.max_response_tokens=8",
             "learner.num_ranks=2", "learner.zero_stage=2", "learner.mini_batch_size=8", "learner.micro_batch_size=4",
-            "learner.lr=1e-3", "learner.kl_coef=0.01", "learner.entropy_coef=0.01", "logging.wandb.mode=offline", "logging.progress_bar=true",
+            "learner.lr=1e-3", "learner.kl_coef=0.01", "learner.entropy_coef=0.01",
+            "logging.wandb.mode=offline", "logging.progress_bar=true",
             # a random policy never wins and every step gets the same invalid-action penalty, so the
             # advantages are 0: the entropy bonus is what moves the weights in every update
             "rollout.invalid_action_penalty=0.1", "learner.skip_zero_advantage=false"]

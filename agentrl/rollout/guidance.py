@@ -154,13 +154,18 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
                      "guided_dropped": float(len(groups) - kept)}
 
 
+def guided_rows(batch: StepBatch) -> torch.Tensor:
+    """Bool mask of the expert's (guided) rows: nothing sampled their tokens."""
+    return batch.traj_id >= GUIDED_TRAJ_ID_BASE
+
+
 def sampled_rows_of_guided_groups(batch: StepBatch) -> torch.Tensor:
     """Bool mask of the sampled (not expert) rows in groups that got an expert episode."""
-    guided = batch.traj_id >= GUIDED_TRAJ_ID_BASE
+    guided = guided_rows(batch)
     if not bool(guided.any()):
         return torch.zeros(len(batch), dtype=torch.bool)
     return torch.isin(batch.group_id, batch.group_id[guided].unique()) & ~guided
 
 
-__all__ = ["GUIDED_TRAJ_ID_BASE", "all_failed_groups", "expert_response", "play_guided_episodes",
+__all__ = ["GUIDED_TRAJ_ID_BASE", "all_failed_groups", "expert_response", "guided_rows", "play_guided_episodes",
            "sampled_rows_of_guided_groups"]

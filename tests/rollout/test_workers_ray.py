@@ -5,7 +5,6 @@ The torch backend here; the same through vLLM workers is in test_vllm_workers.py
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
