@@ -86,8 +86,8 @@ def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _dagger_demonstrations(cfg, model_dir: str, split: str):
-    """The starting model's greedy episodes on ``trainer.sft.dagger_tasks`` training tasks (the
-    first ones of the SFT order), every state labelled by the env's expert (agentrl.data.dagger)."""
+    """The greedy episodes of the model in ``model_dir`` on ``trainer.sft.dagger_tasks`` training tasks
+    (the first ones of the SFT order), every state labelled by the env's expert (agentrl.data.dagger)."""
     from agentrl.data.dagger import policy_demonstrations
 
     sft, env = cfg.trainer.sft, cfg.env
@@ -102,13 +102,78 @@ def _dagger_demonstrations(cfg, model_dir: str, split: str):
     return result, (time.time() - start) / 60
 
 
+@dataclass
+class _Phase:
+    """What one training phase did: optimizer steps (planned and run), the loss EMA, minutes."""
+    steps: int
+    planned_steps: int
+    loss_ema: float | None
+    minutes: float
+
+
+def _train_phase(model, examples: list[SftExample], *, epochs: float, lr: float, batch_size: int,
+                 max_minutes: float, pad_id: int, rng: random.Random, log: Callable[[dict], None] | None,
+                 step_offset: int = 0) -> _Phase:
+    """``epochs`` passes over ``examples`` with AdamW, a 5 % warmup and a cosine decay to 0 (by steps, or
+    by ``max_minutes`` when that ends first, so the decay still reaches its end inside the bound).
+    Logged steps count on from ``step_offset`` (a later phase continues the first one's numbering)."""
+    steps_per_epoch = math.ceil(len(examples) / batch_size)
+    total_steps = max(1, int(steps_per_epoch * epochs))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warmup = max(1, total_steps // 20)
+    start, step, loss_ema = time.time(), 0, None
+    budget_s = max_minutes * 60 if max_minutes > 0 else math.inf
+
+    def progress() -> float:
+        return min(1.0, max(step / total_steps, (time.time() - start) / budget_s))
+
+    while step < total_steps and time.time() - start < budget_s:
+        for batch in _batches(examples, batch_size, rng):
+            if step >= total_steps or time.time() - start >= budget_s:
+                break
+            step_lr = lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * progress()))
+            for group in optimizer.param_groups:
+                group["lr"] = step_lr
+            loss_t = sft_loss(model, _collate(batch, pad_id))
+            optimizer.zero_grad(set_to_none=True)
+            loss_t.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            loss = loss_t.item()
+            loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
+            if log and (step % 20 == 0 or step == total_steps):
+                log({"sft/step": step_offset + step, "sft/loss": loss, "sft/loss_ema": loss_ema, "sft/lr": step_lr,
+                     "sft/elapsed_s": time.time() - start})
+    return _Phase(step, total_steps, loss_ema, (time.time() - start) / 60)
+
+
+def _save(model, tokenizer, directory: Path) -> None:
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+
+
 def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None] | None = None) -> dict:
     """Fine-tune ``model_dir`` on expert demonstrations; write the result to ``out_dir``.
+
+    The phases, in order (docs/quickstart.md, SFT step):
+
+    1. with ``dagger_tasks`` > 0 and ``dagger_rounds`` = 0, the starting model's DAgger pass, whose
+       labelled states join the demonstrations;
+    2. ``epochs`` over the demonstrations (``action_repeats`` applied) at ``lr``;
+    3. each of ``dagger_rounds``: the model trained so far plays ``dagger_tasks`` tasks, the expert
+       labels the states, and ``dagger_epochs`` at ``dagger_lr`` go over the demonstrations and every
+       round's labelled states.
 
     Returns a summary (examples, optimizer steps, final loss, minutes). ``log`` receives one dict
     per logged step (the trainer writes them to its metrics file).
     """
     sft, env = cfg.trainer.sft, cfg.env
+    if sft.dagger_rounds and not sft.dagger_tasks:
+        from agentrl.errors import UsageError
+
+        raise UsageError(f"trainer.sft.dagger_rounds={sft.dagger_rounds} needs the tasks each round's policy plays: "
+                         "set trainer.sft.dagger_tasks=N (e.g. 480), or trainer.sft.dagger_rounds=0")
     torch.manual_seed(cfg.trainer.seed)
     rng = random.Random(cfg.trainer.seed)
     tokenizer = load_tokenizer(model_dir)
@@ -127,52 +192,38 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {split!r}")
     episodes, recovery_examples = sum(d.step == 0 for d in demos), sum(d.recovery for d in demos)
     dagger_summary = {}
-    if sft.dagger_tasks > 0:
+    if sft.dagger_tasks > 0 and sft.dagger_rounds == 0:
         dagger, minutes = _dagger_demonstrations(cfg, model_dir, split)
         demos += dagger.demonstrations
         dagger_summary = {**dagger.summary(), "dagger_minutes": minutes}
-    played = len(demos)
-    demos = repeat_by_action(demos, sft.action_repeats, env.name)
-    examples = [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens) for d in demos]
-    steps_per_epoch = math.ceil(len(examples) / sft.batch_size)
-    total_steps = max(1, int(steps_per_epoch * sft.epochs))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=sft.lr, weight_decay=0.0)
-    warmup = max(1, total_steps // 20)
-    start, step, loss_ema = time.time(), 0, None
-    budget_s = sft.max_minutes * 60 if sft.max_minutes > 0 else math.inf
 
-    def progress() -> float:
-        """How far through the run: by steps, or by the time budget when that ends first (the
-        cosine decay then still reaches its end inside ``max_minutes``)."""
-        return min(1.0, max(step / total_steps, (time.time() - start) / budget_s))
+    def encoded(played: list[Demonstration]) -> list[SftExample]:
+        return [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens)
+                for d in repeat_by_action(played, sft.action_repeats, env.name)]
 
-    tokens = sum(len(e.input_ids) for e in examples)
-    while step < total_steps and time.time() - start < budget_s:
-        for batch in _batches(examples, sft.batch_size, rng):
-            if step >= total_steps or time.time() - start >= budget_s:
-                break
-            lr = sft.lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * progress()))
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss_t = sft_loss(model, _collate(batch, tokenizer.pad_token_id))
-            optimizer.zero_grad(set_to_none=True)
-            loss_t.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            loss = loss_t.item()
-            loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
-            if log and (step % 20 == 0 or step == total_steps):
-                log({"sft/step": step, "sft/loss": loss, "sft/loss_ema": loss_ema, "sft/lr": lr,
-                     "sft/elapsed_s": time.time() - start})
+    examples = encoded(demos)
+    first = dict(pad_id=tokenizer.pad_token_id, rng=rng, log=log, batch_size=sft.batch_size,
+                 max_minutes=sft.max_minutes)
+    phases = [_train_phase(model, examples, epochs=sft.epochs, lr=sft.lr, **first)]
+    summary = {"examples": len(examples), "episodes": episodes, "recovery_examples": recovery_examples,
+               "repeated_examples": len(examples) - len(demos), **dagger_summary,
+               "tokens": sum(len(e.input_ids) for e in examples)}
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".partial")
-    model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    summary = {"examples": len(examples), "episodes": episodes, "recovery_examples": recovery_examples,
-               "repeated_examples": len(demos) - played, **dagger_summary, "tokens": tokens,
-               "steps": step, "planned_steps": total_steps, "final_loss_ema": loss_ema,
-               "minutes": (time.time() - start) / 60}
+    for round_ in range(1, sft.dagger_rounds + 1):
+        _save(model, tokenizer, tmp)   # the model the round's pass plays
+        dagger, minutes = _dagger_demonstrations(cfg, str(tmp), split)
+        demos += dagger.demonstrations
+        examples = encoded(demos)
+        phases.append(_train_phase(model, examples, epochs=sft.dagger_epochs, lr=sft.dagger_lr, **first,
+                                   step_offset=sum(p.steps for p in phases)))
+        summary.update({f"{k}_round{round_}": v for k, v in dagger.summary().items()})
+        summary.update({f"dagger_minutes_round{round_}": minutes, f"examples_round{round_}": len(examples),
+                        f"steps_round{round_}": phases[-1].steps,
+                        f"final_loss_ema_round{round_}": phases[-1].loss_ema})
+    _save(model, tokenizer, tmp)
+    summary.update({"steps": sum(p.steps for p in phases), "planned_steps": sum(p.planned_steps for p in phases),
+                    "final_loss_ema": phases[-1].loss_ema, "minutes": sum(p.minutes for p in phases)})
     (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2))
     if out_dir.exists():
         import shutil

@@ -45,9 +45,11 @@ def warm_start_settings(cfg: Config) -> dict:
     env["train_split"] = demonstration_split(cfg)
     rollout = dataclasses.asdict(cfg.rollout)
     sft = {k: v for k, v in dataclasses.asdict(cfg.trainer.sft).items() if k not in SFT_KEYS_NOT_IN_KEY}
-    for option in ("action_repeats", "dagger_tasks"):  # keys made before an option existed stay the same
-        if not sft[option]:
+    for option in ("action_repeats", "dagger_tasks", "dagger_rounds"):  # keys made before an option existed
+        if not sft[option]:                                                  # stay the same
             del sft[option]
+    if "dagger_rounds" not in sft:  # the rounds' epochs and learning rate train nothing then
+        del sft["dagger_epochs"], sft["dagger_lr"]
     return {"agentrl": agentrl.__version__, "model": dataclasses.asdict(cfg.model),
             "tokenizer": dataclasses.asdict(cfg.tokenizer), "env": {k: env[k] for k in ENV_KEYS},
             "rollout": {k: rollout[k] for k in ROLLOUT_KEYS}, "sft": sft,

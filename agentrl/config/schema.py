@@ -255,10 +255,16 @@ class SftConfig:
                              "'<kind> after <kind>' matches an action kind right after an action of the second kind "
                              "('go after take': ALFWorld's turn to the destination) and wins over the plain kind; "
                              "{} = each once", factory=dict)
-    dagger_tasks: int = F(0, "DAgger: before training, the starting model (trainer.init_checkpoint) plays this many "
-                          "training tasks greedily and the env's step-wise expert labels every state it reaches; "
-                          "those examples join the expert's demonstrations (ALFWorld; agentrl.data.dagger); "
-                          "0 = off", min=0)
+    dagger_tasks: int = F(0, "DAgger: a policy plays this many training tasks greedily and the env's step-wise "
+                          "expert labels every state it reaches; those examples join the expert's demonstrations "
+                          "(ALFWorld; agentrl.data.dagger). With dagger_rounds=0 the starting model "
+                          "(trainer.init_checkpoint) plays, before training; 0 = off", min=0)
+    dagger_rounds: int = F(0, "DAgger rounds after the expert epochs: each round, the model trained so far plays "
+                           "dagger_tasks tasks, and dagger_epochs at dagger_lr go over the demonstrations and every "
+                           "round's labelled states, so one command warm-starts from scratch and corrects its own "
+                           "mistakes; 0 = none", min=0)
+    dagger_epochs: float = F(1.0, "passes over the demonstrations and labelled states in each DAgger round", gt=0)
+    dagger_lr: float = F(1e-3, "peak learning rate of each DAgger round (cosine decay, like the expert epochs)", gt=0)
     demonstration_workers: int = F(1, "processes that play the expert episodes for SFT and the tokenizer corpus "
                                    "(ALFWorld loads each game in ~0.6-3 s; the demonstrations do not depend on it)",
                                    min=1)

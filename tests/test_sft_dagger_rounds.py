@@ -1,0 +1,98 @@
+"""trainer.sft.dagger_rounds: after the expert epochs, the model trained so far plays, the expert labels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.config import load_config
+from agentrl.errors import UsageError
+from agentrl.models import load_model
+from agentrl.policy_init import starting_policy
+from agentrl.run_state import RunDirectory
+from agentrl.sft_cache import cache_key
+
+SMALL = ["trainer.sft.tasks=3", "trainer.sft.epochs=2", "trainer.sft.batch_size=4", "trainer.sft.max_minutes=0",
+         "trainer.sft.demonstration_workers=1", "tokenizer.corpus_tasks=3", "env.max_steps=8",
+         "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.intermediate_size=64",
+         "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1", "logging.wandb.mode=disabled"]
+
+
+@pytest.fixture(scope="module")
+def search_pool(tmp_path_factory) -> str:
+    pytest.importorskip("alfworld")
+    from agentrl.envs.alfworld.generate import generate_dataset
+
+    out = str(tmp_path_factory.mktemp("rounds-games"))
+    generate_dataset(out, {"train": 3}, seed=3, workers=1, solver="search", task_types=("pick_and_place_simple",),
+                     rooms=("bathroom",))
+    return out
+
+
+def _config(tmp_path, pool, *extra):
+    return load_config("alfworld_grpo_tiny", [*SMALL, f"env.kwargs.data_dir={pool}",
+                                              f"trainer.output_dir={tmp_path / 'runs'}", *extra])
+
+
+def _weights(model_dir) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in load_model(str(model_dir), dtype=torch.float32).state_dict().items()}
+
+
+def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_labels(tmp_path, search_pool,
+                                                                                  monkeypatch):
+    import agentrl.sft as sft_module
+
+    played = []
+    real = sft_module._dagger_demonstrations
+
+    def spy(cfg, model_dir, split):
+        played.append(_weights(model_dir))
+        return real(cfg, model_dir, split)
+
+    monkeypatch.setattr(sft_module, "_dagger_demonstrations", spy)
+    logged = []
+    cfg = _config(tmp_path, search_pool, "trainer.run_name=rounds", "trainer.sft.dagger_tasks=2",
+                  "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_epochs=1", "trainer.sft.dagger_lr=5e-4")
+    run = RunDirectory.create(cfg, None)
+    final = Path(starting_policy(cfg, run, log=logged.append))
+    summary = json.loads((final / "sft_summary.json").read_text())
+
+    # the expert epochs alone, from the same initial model and seed
+    plain_cfg = _config(tmp_path, search_pool, "trainer.run_name=plain", "trainer.sft.dagger_rounds=0",
+                        "trainer.sft.dagger_tasks=0")
+    plain = sft_module.run_sft(plain_cfg, str(run.path / "init_model"), tmp_path / "plain_model")
+    assert len(played) == 1, "one round, one DAgger pass"
+    after_expert_epochs = _weights(tmp_path / "plain_model")
+    assert all(torch.equal(played[0][k], v) for k, v in after_expert_epochs.items()), \
+        "the round's pass must play the model the expert epochs made, not the starting model"
+    assert any(not torch.equal(v, after_expert_epochs[k]) for k, v in _weights(final).items()), \
+        "the round's epoch must train the model further"
+
+    assert summary["dagger_episodes_round1"] == 2 and summary["dagger_examples_round1"] >= 1
+    assert "dagger_episodes" not in summary, "no pass before training when rounds are set"
+    assert summary["examples"] == plain["examples"] and summary["examples_round1"] > summary["examples"]
+    assert summary["steps"] == plain["steps"] + summary["steps_round1"]
+    assert summary["steps_round1"] == -(-summary["examples_round1"] // 4)  # one epoch of batches of 4
+    steps = [row["sft/step"] for row in logged if "sft/step" in row]
+    assert steps == sorted(steps) and steps[-1] == summary["steps"], "a round's steps continue the numbering"
+    assert not (run.path / "sft_model.partial").exists()
+
+
+def test_rounds_without_tasks_stop_before_any_work(tmp_path, search_pool):
+    cfg = _config(tmp_path, search_pool, "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_tasks=0")
+    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks=N"):
+        starting_policy(cfg, RunDirectory.create(cfg, None))
+
+
+def test_round_settings_enter_the_cache_key_only_with_rounds(tmp_path):
+    def key(*extra):
+        return cache_key(load_config("alfworld_grpo_tiny", [*SMALL, "trainer.sft.dagger_rounds=0", *extra]))
+
+    base = key()
+    assert key("trainer.sft.dagger_epochs=3") == base and key("trainer.sft.dagger_lr=1e-2") == base
+    with_round = key("trainer.sft.dagger_rounds=1")
+    assert with_round != base
+    assert key("trainer.sft.dagger_rounds=1", "trainer.sft.dagger_epochs=3") != with_round
