@@ -87,9 +87,9 @@ def test_rounds_without_tasks_stop_before_any_work(tmp_path, search_pool):
         starting_policy(cfg, RunDirectory.create(cfg, None))
 
 
-def test_round_settings_enter_the_cache_key_only_with_rounds(tmp_path):
+def test_round_settings_enter_the_cache_key_only_with_rounds(tmp_path, search_pool):
     def key(*extra):
-        return cache_key(load_config("alfworld_grpo_tiny", [*SMALL, "trainer.sft.dagger_rounds=0", *extra]))
+        return cache_key(_config(tmp_path, search_pool, "trainer.sft.dagger_rounds=0", *extra))
 
     base = key()
     assert key("trainer.sft.dagger_epochs=3") == base and key("trainer.sft.dagger_lr=1e-2") == base

@@ -207,3 +207,18 @@ def test_sft_split_chooses_the_demonstrations_and_tokenizer_corpus(tmp_path):
                      (("env.train_split=pool_depth3",), "env.train_split='pool_depth3'")):
         with pytest.raises(UsageError, match=f"{key} is not a split of textcraft; available: .*pool_depth2"):
             demonstration_split(cfg(*bad))
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "gagpo", "bipace"])
+def test_tiny_alfworld_recipes_generate_the_games_they_train_and_validate_on(estimator):
+    from agentrl.envs.alfworld.data import generation_options
+
+    cfg = load_config(f"alfworld_{estimator}_tiny", [])
+    kwargs, sft = cfg.env.kwargs, cfg.trainer.sft
+    options = generation_options(kwargs["generated_solver"], kwargs["generated_rooms"], kwargs["generated_task_types"])
+    assert options["solver"] == "search", "only the searching expert's episodes can be imitated by the tiny model"
+    counts = kwargs["generated_counts"]
+    assert cfg.env.train_split != cfg.env.eval_split and cfg.eval.num_tasks <= counts[cfg.env.eval_split]
+    assert max(sft.tasks, sft.dagger_tasks, cfg.tokenizer.corpus_tasks) <= counts[cfg.env.train_split]
+    assert sft.dagger_rounds >= 1 and sft.dagger_tasks > 0 and cfg.env.history_count_repeats
+    assert sft.max_minutes == 0, "a step-bounded warm start: the same on any machine, and cacheable"
