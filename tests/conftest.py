@@ -56,3 +56,16 @@ def pytest_unconfigure(config):
     off: a crash while the test process exits then prints the Python stack of every thread,
     instead of a bare exit status 139."""
     faulthandler.enable(file=sys.__stderr__, all_threads=True)
+
+
+@pytest.fixture(scope="session")
+def alfworld_search_games(tmp_path_factory) -> str:
+    """A directory of 3 generated bathroom ``pick_and_place_simple`` training games walked by the
+    searching expert (the kind the ALFWorld tiny recipes and the DAgger pass use)."""
+    pytest.importorskip("alfworld")
+    from agentrl.envs.alfworld.generate import generate_dataset
+
+    out = str(tmp_path_factory.mktemp("search-games"))
+    generate_dataset(out, {"train": 3}, seed=3, workers=1, solver="search", task_types=("pick_and_place_simple",),
+                     rooms=("bathroom",))
+    return out

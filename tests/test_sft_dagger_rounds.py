@@ -21,17 +21,6 @@ SMALL = ["trainer.sft.tasks=3", "trainer.sft.epochs=2", "trainer.sft.batch_size=
          "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1", "logging.wandb.mode=disabled"]
 
 
-@pytest.fixture(scope="module")
-def search_pool(tmp_path_factory) -> str:
-    pytest.importorskip("alfworld")
-    from agentrl.envs.alfworld.generate import generate_dataset
-
-    out = str(tmp_path_factory.mktemp("rounds-games"))
-    generate_dataset(out, {"train": 3}, seed=3, workers=1, solver="search", task_types=("pick_and_place_simple",),
-                     rooms=("bathroom",))
-    return out
-
-
 def _config(tmp_path, pool, *extra):
     return load_config("alfworld_grpo_tiny", [*SMALL, f"env.kwargs.data_dir={pool}",
                                               f"trainer.output_dir={tmp_path / 'runs'}", *extra])
@@ -41,7 +30,7 @@ def _weights(model_dir) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in load_model(str(model_dir), dtype=torch.float32).state_dict().items()}
 
 
-def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_labels(tmp_path, search_pool,
+def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_labels(tmp_path, alfworld_search_games,
                                                                                   monkeypatch):
     import agentrl.sft as sft_module
 
@@ -54,14 +43,14 @@ def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_label
 
     monkeypatch.setattr(sft_module, "_dagger_demonstrations", spy)
     logged = []
-    cfg = _config(tmp_path, search_pool, "trainer.run_name=rounds", "trainer.sft.dagger_tasks=2",
+    cfg = _config(tmp_path, alfworld_search_games, "trainer.run_name=rounds", "trainer.sft.dagger_tasks=2",
                   "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_epochs=1", "trainer.sft.dagger_lr=5e-4")
     run = RunDirectory.create(cfg, None)
     final = Path(starting_policy(cfg, run, log=logged.append))
     summary = json.loads((final / "sft_summary.json").read_text())
 
     # the expert epochs alone, from the same initial model and seed
-    plain_cfg = _config(tmp_path, search_pool, "trainer.run_name=plain", "trainer.sft.dagger_rounds=0",
+    plain_cfg = _config(tmp_path, alfworld_search_games, "trainer.run_name=plain", "trainer.sft.dagger_rounds=0",
                         "trainer.sft.dagger_tasks=0")
     plain = sft_module.run_sft(plain_cfg, str(run.path / "init_model"), tmp_path / "plain_model")
     assert len(played) == 1, "one round, one DAgger pass"
@@ -81,15 +70,15 @@ def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_label
     assert not (run.path / "sft_model.partial").exists()
 
 
-def test_rounds_without_tasks_stop_before_any_work(tmp_path, search_pool):
-    cfg = _config(tmp_path, search_pool, "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_tasks=0")
+def test_rounds_without_tasks_stop_before_any_work(tmp_path, alfworld_search_games):
+    cfg = _config(tmp_path, alfworld_search_games, "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_tasks=0")
     with pytest.raises(UsageError, match="trainer.sft.dagger_tasks=N"):
         starting_policy(cfg, RunDirectory.create(cfg, None))
 
 
-def test_round_settings_enter_the_cache_key_only_with_rounds(tmp_path, search_pool):
+def test_round_settings_enter_the_cache_key_only_with_rounds(tmp_path, alfworld_search_games):
     def key(*extra):
-        return cache_key(_config(tmp_path, search_pool, "trainer.sft.dagger_rounds=0", *extra))
+        return cache_key(_config(tmp_path, alfworld_search_games, "trainer.sft.dagger_rounds=0", *extra))
 
     base = key()
     assert key("trainer.sft.dagger_epochs=3") == base and key("trainer.sft.dagger_lr=1e-2") == base

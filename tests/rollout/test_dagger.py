@@ -17,14 +17,8 @@ MAX_STEPS = 6
 
 
 @pytest.fixture(scope="module")
-def search_pool(tmp_path_factory) -> dict:
-    pytest.importorskip("alfworld")
-    from agentrl.envs.alfworld.generate import generate_dataset
-
-    out = str(tmp_path_factory.mktemp("dagger-games"))
-    generate_dataset(out, {"train": 3}, seed=3, workers=1, solver="search", task_types=("pick_and_place_simple",),
-                     rooms=("bathroom",))
-    return {"data_dir": out, "room_in_task": True, "unvisited_in_task": True, "max_steps": MAX_STEPS}
+def search_pool(alfworld_search_games) -> dict:
+    return {"data_dir": alfworld_search_games, "room_in_task": True, "unvisited_in_task": True, "max_steps": MAX_STEPS}
 
 
 def _cfg():
