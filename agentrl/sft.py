@@ -169,11 +169,6 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     per logged step (the trainer writes them to its metrics file).
     """
     sft, env = cfg.trainer.sft, cfg.env
-    if sft.dagger_rounds and not sft.dagger_tasks:
-        from agentrl.errors import UsageError
-
-        raise UsageError(f"trainer.sft.dagger_rounds={sft.dagger_rounds} needs the tasks each round's policy plays: "
-                         "set trainer.sft.dagger_tasks=N (e.g. 480), or trainer.sft.dagger_rounds=0")
     torch.manual_seed(cfg.trainer.seed)
     rng = random.Random(cfg.trainer.seed)
     tokenizer = load_tokenizer(model_dir)
@@ -202,9 +197,9 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                 for d in repeat_by_action(played, sft.action_repeats, env.name)]
 
     examples = encoded(demos)
-    first = dict(pad_id=tokenizer.pad_token_id, rng=rng, log=log, batch_size=sft.batch_size,
+    common = dict(pad_id=tokenizer.pad_token_id, rng=rng, log=log, batch_size=sft.batch_size,
                  max_minutes=sft.max_minutes)
-    phases = [_train_phase(model, examples, epochs=sft.epochs, lr=sft.lr, **first)]
+    phases = [_train_phase(model, examples, epochs=sft.epochs, lr=sft.lr, **common)]
     summary = {"examples": len(examples), "episodes": episodes, "recovery_examples": recovery_examples,
                "repeated_examples": len(examples) - len(demos), **dagger_summary,
                "tokens": sum(len(e.input_ids) for e in examples)}
@@ -215,7 +210,7 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
         dagger, minutes = _dagger_demonstrations(cfg, str(tmp), split)
         demos += dagger.demonstrations
         examples = encoded(demos)
-        phases.append(_train_phase(model, examples, epochs=sft.dagger_epochs, lr=sft.dagger_lr, **first,
+        phases.append(_train_phase(model, examples, epochs=sft.dagger_epochs, lr=sft.dagger_lr, **common,
                                    step_offset=sum(p.steps for p in phases)))
         summary.update({f"{k}_round{round_}": v for k, v in dagger.summary().items()})
         summary.update({f"dagger_minutes_round{round_}": minutes, f"examples_round{round_}": len(examples),

@@ -71,9 +71,9 @@ def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_label
 
 
 def test_rounds_without_tasks_stop_before_any_work(tmp_path, alfworld_search_games):
-    cfg = _config(tmp_path, alfworld_search_games, "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_tasks=0")
-    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks=N"):
-        starting_policy(cfg, RunDirectory.create(cfg, None))
+    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks=N"):  # when the config loads: nothing has run
+        _config(tmp_path, alfworld_search_games, "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_tasks=0")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_round_settings_enter_the_cache_key_only_with_rounds(tmp_path, alfworld_search_games):

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from agentrl.errors import UsageError
+
 
 def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
     """A dataclass field with help text and validation metadata."""
@@ -273,6 +275,11 @@ class SftConfig:
     cache_dir: str = F("", "reuse warm starts across runs: a directory holding one finished SFT model per set of "
                        "settings it depends on (model, tokenizer, env, prompt, SFT settings, seed; not the "
                        "estimator or RL settings); only step-bounded SFT (max_minutes = 0) is cached; '' = off")
+
+    def __post_init__(self):
+        if self.dagger_rounds and not self.dagger_tasks:
+            raise UsageError(f"trainer.sft.dagger_rounds={self.dagger_rounds} needs the tasks each round's policy "
+                             "plays: set trainer.sft.dagger_tasks=N (e.g. 480), or trainer.sft.dagger_rounds=0")
 
 
 @dataclass
