@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -116,6 +118,40 @@ def test_demonstrations_played_in_worker_processes_equal_the_serial_ones(monkeyp
     # same demonstrations in the same order (the repeated index too), none played in this process
     assert serial and parallel == serial and not played_here
     assert [d.task.index for d in parallel if d.step == 0 and not d.recovery] == indices
+
+
+NO_GUARD_SCRIPT = """
+from agentrl.data.demonstrations import expert_episodes
+demos = list(expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0, 1, 2, 3], history_length=2,
+                             think=False, style="compact", workers=2))
+print("demonstrations", len(demos))
+"""
+
+
+def test_worker_processes_started_from_a_script_without_a_main_guard_name_the_guard(tmp_path):
+    """A spawned worker imports the calling script again; without the guard it dies at start, and the
+    error names the guard and the one-process setting, not only BrokenProcessPool."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    script = tmp_path / "no_guard.py"
+    script.write_text(NO_GUARD_SCRIPT)
+    failed = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert failed.returncode != 0
+    last_line = failed.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("agentrl.errors.UsageError: a worker process playing textcraft's expert")
+    assert 'if __name__ == "__main__":' in last_line and "trainer.sft.demonstration_workers=1" in last_line
+    guarded = tmp_path / "guarded.py"
+    body = "".join("    " + line + "\n" for line in NO_GUARD_SCRIPT.strip().splitlines())
+    guarded.write_text('if __name__ == "__main__":\n' + body)
+    ran = subprocess.run([sys.executable, str(guarded)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert int(ran.stdout.split()[-1]) > 0
 
 
 def test_action_repeats_balance_rare_decisions_and_reject_bad_settings():

@@ -61,11 +61,10 @@ def policy_demonstrations(env_name: str, env_kwargs: dict, split: str, indices: 
     workers = max(1, min(workers, len(indices)))
     if workers == 1:
         return _play_and_label(indices, *args)
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    from agentrl.data.spawned import spawned_pool
 
     chunks = [indices[w::workers] for w in range(workers)]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+    with spawned_pool(workers, "the DAgger pass") as pool:
         parts = [f.result() for f in [pool.submit(_play_and_label, chunk, *args, threads=1) for chunk in chunks]]
     result = DaggerResult()
     for part in parts:

@@ -83,12 +83,11 @@ def _play_in_processes(env_name: str, env_kwargs: dict, split: str, indices: lis
                        show_admissible: bool, recovery_variants: int, workers: int):
     """``(index, demonstrations)`` of every index, played in ``workers`` spawned processes, each
     taking every ``workers``-th index (games of one family are spread evenly)."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    from agentrl.data.spawned import spawned_pool
 
     workers = min(workers, len(indices))
     chunks = [indices[w::workers] for w in range(workers)]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+    with spawned_pool(workers, f"{env_name}'s expert demonstrations") as pool:
         futures = [pool.submit(_play_chunk, env_name, dict(env_kwargs), split, chunk, prompt, show_admissible,
                                recovery_variants) for chunk in chunks]
         for future in futures:
