@@ -154,6 +154,17 @@ def test_worker_processes_started_from_a_script_without_a_main_guard_name_the_gu
     assert int(ran.stdout.split()[-1]) > 0
 
 
+def test_a_spawned_worker_that_is_killed_raises_a_usage_error_naming_what_it_played():
+    import os
+
+    from agentrl.data.spawned import spawned_pool
+    from agentrl.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"playing the DAgger pass ended abruptly.*fewer workers"):
+        with spawned_pool(1, "the DAgger pass") as pool:
+            pool.submit(os._exit, 9).result()
+
+
 def test_action_repeats_balance_rare_decisions_and_reject_bad_settings():
     from agentrl.data import demonstrations
     from agentrl.errors import UsageError
