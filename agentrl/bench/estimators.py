@@ -30,12 +30,12 @@ always group the strings.
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import time
 
 import torch
 
+from agentrl.bench._common import cpu_name
 from agentrl.data import StepBatch
 
 HELP = "time the advantage estimators (6,400 step records, hidden 3,584) against per-record references"
@@ -185,16 +185,6 @@ def _time_ms(fn, repeats: int) -> float:
     return statistics.median(runs)
 
 
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def add_arguments(parser) -> None:
     parser.add_argument("--trajectories", type=int, default=128, help="trajectories in the batch (default 128)")
     parser.add_argument("--groups", type=int, default=16, help="task groups (default 16)")
@@ -242,7 +232,7 @@ def run(args) -> int:
     from agentrl.estimators.bigpo_native import describe_path
     summary = {
         "workload": workload,
-        "cpu": cpu_model(), "torch_threads": torch.get_num_threads(),
+        "cpu": cpu_name(), "torch_threads": torch.get_num_threads(),
         "bigpo_path": describe_path(),       # compiled decisions / bfloat16 screen, or why not
         "estimators": results, "all_agree": ok,
     }

@@ -26,11 +26,11 @@ variant and the step counts are equal.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import tempfile
 import time
+
+from agentrl.bench._common import cpu_name, print_json_report
 
 HELP = "rollout throughput: batched engine (torch, vllm) vs one env at a time with HF generate"
 
@@ -168,34 +168,10 @@ class _NoEnvs:
     env_name = None
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def run(args) -> int:
-    if not args.json:
-        return _run(args)
-    # libraries print warnings on stdout (DeepSpeed's accelerator notice): keep stdout for the JSON
-    import sys
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        report = _measure(args)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-    print(json.dumps(report, indent=2))
-    return 0
+    if args.json:
+        return print_json_report(lambda: _measure(args))
+    return _run(args)
 
 
 def _run(args) -> int:
@@ -256,7 +232,7 @@ def _measure(args) -> dict:
             row["speedup_vs_naive"] = row["env_steps_per_s"] / base
             row["cpu_speedup_vs_naive"] = row["env_steps_per_cpu_s"] / base_cpu
     tiny = cfg.model.tiny
-    meta = {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "recipe": args.recipe, "env": cfg.env.name, "split": cfg.env.train_split,
             "tasks": cfg.env.tasks_per_iteration, "group_size": cfg.env.group_size, "max_steps": cfg.env.max_steps,
             "max_prompt_tokens": cfg.rollout.max_prompt_tokens, "prompt_truncation": cfg.rollout.prompt_truncation,

@@ -1,0 +1,58 @@
+"""``agentrl bench learner`` times the real Learner on an iteration-sized batch at each precision."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from agentrl.bench import learner as bench
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    parser.add_argument("--json", action="store_true")
+    return parser.parse_args(list(argv))
+
+
+def test_batch_has_the_asked_rows_and_lengths_and_trains_every_row():
+    batch = bench.make_batch(200, 100, 8, 512, seed=3)
+    assert len(batch) == 200 and batch.num_trajectories == 25 and batch.num_groups == 4
+    prompts, responses = batch.prompt_lengths, batch.response_mask.sum(1)
+    assert 75 <= int(prompts.min()) and int(prompts.max()) <= 125 and abs(float(prompts.float().mean()) - 100) < 5
+    assert 4 <= int(responses.min()) and int(responses.max()) <= 12
+    real = torch.arange(batch.prompt_ids.shape[1]) < prompts.unsqueeze(1)   # the rest is padding
+    assert int(batch.prompt_ids[real].max()) < 512 - 3 and bool((batch.advantages != 0).all())
+    assert torch.equal(bench.make_batch(200, 100, 8, 512, seed=3).prompt_ids, batch.prompt_ids)
+    with pytest.raises(ValueError, match="--rows"):
+        bench.make_batch(0, 100, 8, 512, seed=0)
+
+
+def test_each_precision_runs_the_learner_and_reports_its_logprob_gap():
+    report = bench._measure(_args("--rows", "24", "--prompt-tokens", "40", "--response-tokens", "4"))
+    meta, rows = report["meta"], report["results"]
+    assert list(rows) == ["fp32", "bf16"]
+    assert meta["rows"] == 24 and meta["kl_coef"] == 0.1 and "4 layers" in meta["model"]
+    for row in rows.values():
+        assert row["learner_pass_s"] > 0 and row["update_s"] > 0 and row["tokens_per_s"] > 0
+        assert row["optimizer_steps"] == 1 and row["total_s"] == row["learner_pass_s"] + row["update_s"]
+    assert rows["fp32"]["speedup"] == 1.0 and "logprob_gap_mean" not in rows["fp32"]
+    # the same weights scored in bf16: rounding, not a different model (random weights: near-uniform
+    # log-probs of ~ -7.6, bf16 keeps ~3 significant digits)
+    assert 0 < rows["bf16"]["logprob_gap_mean"] <= rows["bf16"]["logprob_gap_max"] < 0.1
+
+
+def test_json_output_is_the_only_thing_on_stdout():
+    # a fresh process group: not the address an in-process Learner of an earlier test put in os.environ
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    out = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "learner", "--json", "--rows", "8",
+                          "--prompt-tokens", "16", "--response-tokens", "2", "--precisions", "fp32"],
+                         capture_output=True, text=True, check=True, timeout=300, env=env)
+    report = json.loads(out.stdout)
+    assert list(report["results"]) == ["fp32"] and report["meta"]["rows"] == 8
