@@ -1,10 +1,11 @@
 """``agentrl bench learner``: one iteration's learner work at each ``learner.precision``.
 
 The workload is an iteration's batch of step records at a tiny recipe's shapes: its model (random
-weights; layers, width and heads from ``model.tiny``, vocabulary ``tokenizer.vocab_size``) and its
+weights; layers, width and heads from ``model.tiny``, vocabulary ``tokenizer.vocab_size``; or a
+trained model directory given by ``--model``, whose weights can run at other speeds) and its
 learner settings (micro- and mini-batch sizes, PPO epochs, ``kl_coef``: a reference pass when it is
 > 0). The rows are synthetic tokens of the given lengths: the learner's cost depends on how many
-rows and tokens there are, not on which. The defaults are the ALFWorld tiny recipe's iterations in
+rows and tokens there are, much less on which. The defaults are the ALFWorld tiny recipe's iterations in
 round 25 (docs/benchmarks.md): 1,331 rows of ~265 prompt and ~9 response tokens, every row trained
 (no expert guidance, so no row has advantage 0).
 
@@ -42,6 +43,9 @@ def add_arguments(parser) -> None:
                         help="mean prompt length; lengths are drawn from +-25%% of it (default 265)")
     parser.add_argument("--response-tokens", type=int, default=9,
                         help="mean response length; lengths are drawn from +-50%% of it (default 9)")
+    parser.add_argument("--model", default=None,
+                        help="a Hugging Face model directory (e.g. a run's sft_model) to time instead of random "
+                             "weights of the recipe's tiny shape; its vocabulary bounds the synthetic tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's default)")
     parser.add_argument("--seed", type=int, default=0)
 
@@ -92,6 +96,7 @@ def _measure(args) -> dict:
     from agentrl.config.loading import load_config
     from agentrl.learner.engine import Learner
     from agentrl.models.architectures import build_tiny_model
+    from agentrl.models.loading import load_model
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -99,16 +104,20 @@ def _measure(args) -> dict:
     cfg = load_config(args.recipe)
     if cfg.model.name_or_path != "tiny":
         raise ValueError(f"agentrl bench learner measures tiny recipes; {args.recipe} uses {cfg.model.name_or_path}")
-    vocab = _Vocabulary(cfg.tokenizer.vocab_size)
-    batch = make_batch(args.rows, args.prompt_tokens, args.response_tokens, len(vocab), args.seed)
-    warmup = batch.select(torch.arange(min(WARMUP_ROWS, len(batch))))
     results: dict[str, dict[str, float]] = {}
     first_logprobs = None
-    with tempfile.TemporaryDirectory(prefix="agentrl-bench-learner-") as model_dir:
-        model = build_tiny_model(cfg.model.tiny, vocab, seed=args.seed)
-        model.save_pretrained(model_dir)
-        params = sum(p.numel() for p in model.parameters())
+    with tempfile.TemporaryDirectory(prefix="agentrl-bench-learner-") as scratch:
+        if args.model:
+            model = load_model(args.model, torch.float32)
+            model_dir, vocab_size = args.model, int(model.config.vocab_size)
+        else:
+            model_dir, vocab_size = scratch, cfg.tokenizer.vocab_size
+            model = build_tiny_model(cfg.model.tiny, _Vocabulary(vocab_size), seed=args.seed)
+            model.save_pretrained(model_dir)
+        params, shape = sum(p.numel() for p in model.parameters()), model.config
         del model
+        batch = make_batch(args.rows, args.prompt_tokens, args.response_tokens, vocab_size, args.seed)
+        warmup = batch.select(torch.arange(min(WARMUP_ROWS, len(batch))))
         for precision in precisions:
             learner = Learner(load_config(args.recipe, [f"learner.precision={precision}"]), model_dir)
             scored = learner.compute_logprobs(warmup)
@@ -132,14 +141,16 @@ def _measure(args) -> dict:
     base = results[precisions[0]]["total_s"] if precisions else None
     for row in results.values():
         row["speedup"] = base / row["total_s"] if base else 1.0
-    lc, tiny = cfg.learner, cfg.model.tiny
+    lc = cfg.learner
     meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "mkldnn_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
             "recipe": args.recipe, "rows": len(batch), "tokens": int(batch.prompt_lengths.sum() + batch.response_mask.sum()),
             "mini_batch_size": lc.mini_batch_size, "micro_batch_size": lc.micro_batch_size, "ppo_epochs": lc.ppo_epochs,
             "kl_coef": lc.kl_coef,
-            "model": f"qwen2 hidden {tiny.hidden_size}, {tiny.num_layers} layers, {params} params, vocab {len(vocab)}"}
+            "weights": args.model or "random",
+            "model": f"qwen2 hidden {shape.hidden_size}, {shape.num_hidden_layers} layers, {params} params, "
+                     f"vocab {shape.vocab_size}"}
     return {"meta": meta, "results": results}
 
 
@@ -148,7 +159,7 @@ def run(args) -> int:
         return print_json_report(lambda: _measure(args))
     report = _measure(args)
     meta, rows = report["meta"], report["results"]
-    print(f"learner benchmark ({meta['recipe']}): {meta['model']}; {meta['rows']} rows, {meta['tokens']} tokens, "
+    print(f"learner benchmark ({meta['recipe']}): {meta['model']}, {meta['weights']} weights; {meta['rows']} rows, {meta['tokens']} tokens, "
           f"mini-batch {meta['mini_batch_size']}, micro-batch {meta['micro_batch_size']}, {meta['ppo_epochs']} epoch(s), "
           f"kl_coef {meta['kl_coef']}; {meta['cpu']} ({meta['cpu_capability']}, bf16 kernels: {meta['mkldnn_bf16']}), "
           f"{meta['cores']} cores, {meta['torch_threads']} torch threads")

@@ -56,3 +56,18 @@ def test_json_output_is_the_only_thing_on_stdout():
                          capture_output=True, text=True, check=True, timeout=300, env=env)
     report = json.loads(out.stdout)
     assert list(report["results"]) == ["fp32"] and report["meta"]["rows"] == 8
+
+
+def test_a_given_model_directory_is_timed_instead_of_random_weights(tmp_path):
+    from types import SimpleNamespace
+
+    from agentrl.models.architectures import build_tiny_model
+
+    shape = SimpleNamespace(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, num_kv_heads=1,
+                            max_position_embeddings=512, rope_theta=10000.0, tie_word_embeddings=True)
+    build_tiny_model(shape, bench._Vocabulary(300), seed=1).save_pretrained(tmp_path)
+    report = bench._measure(_args("--model", str(tmp_path), "--precisions", "fp32", "--rows", "8",
+                                  "--prompt-tokens", "20", "--response-tokens", "3"))
+    meta = report["meta"]
+    assert meta["weights"] == str(tmp_path) and meta["model"].startswith("qwen2 hidden 64, 2 layers")
+    assert meta["model"].endswith("vocab 300") and report["results"]["fp32"]["update_s"] > 0
