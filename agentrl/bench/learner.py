@@ -83,7 +83,8 @@ def make_batch(rows: int, prompt_tokens: int, response_tokens: int, vocab_size: 
     for i, (p, r) in enumerate(zip(lengths(prompt_tokens, 0.25), lengths(response_tokens, 0.5))):
         records.append({
             "group_id": i // 64, "traj_id": i // 8, "step": i % 8, "reward": 0.0, "done": i % 8 == 7,
-            "success": False, "anchor_obs": "", "prompt_ids": torch.randint(0, vocab_size - 3, (p,), generator=gen).tolist(),
+            "success": False, "anchor_obs": "",
+            "prompt_ids": torch.randint(0, vocab_size - 3, (p,), generator=gen).tolist(),
             "response_ids": torch.randint(0, vocab_size - 3, (r,), generator=gen).tolist(),
             "advantages": float(torch.randn((), generator=gen)),
         })
@@ -145,7 +146,8 @@ def _measure(args) -> dict:
     meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "mkldnn_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
-            "recipe": args.recipe, "rows": len(batch), "tokens": int(batch.prompt_lengths.sum() + batch.response_mask.sum()),
+            "recipe": args.recipe, "rows": len(batch),
+            "tokens": int(batch.prompt_lengths.sum() + batch.response_mask.sum()),
             "mini_batch_size": lc.mini_batch_size, "micro_batch_size": lc.micro_batch_size, "ppo_epochs": lc.ppo_epochs,
             "kl_coef": lc.kl_coef,
             "weights": args.model or "random",
@@ -159,8 +161,9 @@ def run(args) -> int:
         return print_json_report(lambda: _measure(args))
     report = _measure(args)
     meta, rows = report["meta"], report["results"]
-    print(f"learner benchmark ({meta['recipe']}): {meta['model']}, {meta['weights']} weights; {meta['rows']} rows, {meta['tokens']} tokens, "
-          f"mini-batch {meta['mini_batch_size']}, micro-batch {meta['micro_batch_size']}, {meta['ppo_epochs']} epoch(s), "
+    print(f"learner benchmark ({meta['recipe']}): {meta['model']}, {meta['weights']} weights; {meta['rows']} rows, "
+          f"{meta['tokens']} tokens, mini-batch {meta['mini_batch_size']}, micro-batch {meta['micro_batch_size']}, "
+          f"{meta['ppo_epochs']} epoch(s), "
           f"kl_coef {meta['kl_coef']}; {meta['cpu']} ({meta['cpu_capability']}, bf16 kernels: {meta['mkldnn_bf16']}), "
           f"{meta['cores']} cores, {meta['torch_threads']} torch threads")
     print(f"{'precision':<11}{'pass s':>8}{'update s':>10}{'total s':>9}{'tokens/s':>10}{'speed-up':>10}"

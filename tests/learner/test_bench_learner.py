@@ -50,7 +50,8 @@ def test_each_precision_runs_the_learner_and_reports_its_logprob_gap():
 
 def test_json_output_is_the_only_thing_on_stdout():
     # a fresh process group: not the address an in-process Learner of an earlier test put in os.environ
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    rank_keys = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    env = {k: v for k, v in os.environ.items() if k not in rank_keys}
     out = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "learner", "--json", "--rows", "8",
                           "--prompt-tokens", "16", "--response-tokens", "2", "--precisions", "fp32"],
                          capture_output=True, text=True, check=True, timeout=300, env=env)
