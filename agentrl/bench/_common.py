@@ -1,12 +1,14 @@
-"""Helpers shared by the benchmark targets: the machine's CPU name and ``--json`` output."""
+"""Helpers shared by the benchmark targets: their flags, the machine's CPU name and ``--json`` output."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import sys
-from typing import Any, Callable
+from types import ModuleType
+from typing import Any, Callable, Sequence
 
 
 def cpu_name() -> str:
@@ -35,3 +37,16 @@ def print_json_report(measure: Callable[[], dict[str, Any]]) -> int:
         os.close(saved)
     print(json.dumps(report, indent=2))
     return 0
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, target: ModuleType) -> None:
+    """A target's flags and the ``--json`` every target has (``agentrl bench TARGET``)."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object with the results")
+    target.add_arguments(parser)
+
+
+def parse_target_args(target: ModuleType, argv: Sequence[str] = ()) -> argparse.Namespace:
+    """``argv`` parsed as ``agentrl bench <target>`` would (for calling a target from Python)."""
+    parser = argparse.ArgumentParser(prog=f"agentrl bench {target.__name__.rsplit('.', 1)[-1]}")
+    add_target_arguments(parser, target)
+    return parser.parse_args(list(argv))

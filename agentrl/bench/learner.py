@@ -65,6 +65,14 @@ class _Vocabulary:
         return self.size - 3
 
 
+def _bf16_kernels() -> bool:
+    """Whether torch's oneDNN has native bf16 kernels on this CPU (False where the probe is missing)."""
+    import torch
+
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(torch.backends.mkldnn.is_available() and probe is not None and probe())
+
+
 def make_batch(rows: int, prompt_tokens: int, response_tokens: int, vocab_size: int, seed: int):
     """``rows`` synthetic step records (8 per trajectory, 8 trajectories per group) with advantages."""
     import torch
@@ -145,7 +153,7 @@ def _measure(args) -> dict:
     lc = cfg.learner
     meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkldnn_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+            "mkldnn_bf16": _bf16_kernels(),
             "recipe": args.recipe, "rows": len(batch),
             "tokens": int(batch.prompt_lengths.sum() + batch.response_mask.sum()),
             "mini_batch_size": lc.mini_batch_size, "micro_batch_size": lc.micro_batch_size, "ppo_epochs": lc.ppo_epochs,

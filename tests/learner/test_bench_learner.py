@@ -12,13 +12,11 @@ import pytest
 import torch
 
 from agentrl.bench import learner as bench
+from agentrl.bench._common import parse_target_args
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    parser.add_argument("--json", action="store_true")
-    return parser.parse_args(list(argv))
+    return parse_target_args(bench, argv)
 
 
 def test_batch_has_the_asked_rows_and_lengths_and_trains_every_row():

@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 
 from agentrl.bench import rollout as bench
+from agentrl.bench._common import parse_target_args
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    parser.add_argument("--json", action="store_true")
-    return parser.parse_args(list(argv))
+    return parse_target_args(bench, argv)
 
 
 def test_workload_is_the_tiny_textcraft_recipe():

@@ -6,6 +6,7 @@ import importlib
 import pkgutil
 
 import agentrl.bench as bench_pkg
+from agentrl.bench._common import add_target_arguments
 
 HELP = "run a benchmark (estimators, envs, rollout, ...) and print its numbers"
 
@@ -19,8 +20,7 @@ def add_arguments(parser) -> None:
     for name in _targets():
         module = importlib.import_module(f"{bench_pkg.__name__}.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        p.add_argument("--json", action="store_true", help="print one JSON object with the results")
-        module.add_arguments(p)
+        add_target_arguments(p, module)
         p.set_defaults(_bench_run=module.run)
 
 
