@@ -171,7 +171,7 @@ class Trainer:
         if state.iteration > 0:
             self.learner.load_checkpoint(str(self.run.learner_checkpoint(state.iteration)))
             self.tracker.status(f"resumed {self.run.name} after iteration {state.iteration}")
-        self.rollout.load_weights(self.learner.state_dict_for_rollout())
+        self.rollout.load_weights(self.learner.packed_weights_for_rollout())
         schedule = task_schedule(cfg, state.schedule_state)
         estimator_state = BiGPOState.from_dict(state.estimator_state) if state.estimator_state else BiGPOState()
         if state.iteration == 0 and cfg.trainer.eval_before_train and cfg.trainer.eval_every > 0:
@@ -236,7 +236,7 @@ class Trainer:
         times["time/update_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        self.rollout.load_weights(self.learner.state_dict_for_rollout())
+        self.rollout.load_weights(self.learner.packed_weights_for_rollout())
         times["time/sync_s"] = time.perf_counter() - t
         times["time/iteration_s"] = sum(times.values())
 

@@ -73,3 +73,21 @@ def test_qwen25_architectures_have_the_published_sizes():
     assert 1.4e9 < count_parameters(small) < 1.7e9
     assert 7.0e9 < count_parameters(big) < 7.8e9
     assert small.config.num_hidden_layers == 28 and big.config.hidden_size == 3584
+
+
+def test_random_init_keeps_the_architecture_and_its_stored_dtype(tmp_path):
+    from agentrl.models import stored_dtype
+
+    assert stored_dtype(qwen25_config("Qwen/Qwen2.5-7B-Instruct")) == torch.bfloat16   # as the hub checkpoints
+    cfg = load_config("textcraft_grpo_tiny", ["model.tiny.hidden_size=64", "model.tiny.num_layers=2",
+                                              "model.tiny.intermediate_size=128", "tokenizer.vocab_size=300"])
+    tiny = prepare_initial_model(cfg.model, cfg.tokenizer, tmp_path / "tiny", corpus=lambda: CORPUS, seed=3)
+    source = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.bfloat16)
+    source.save_pretrained(tmp_path / "bf16")             # a bf16 checkpoint's config, as a hub model's
+    AutoTokenizer.from_pretrained(tiny).save_pretrained(tmp_path / "bf16")
+    cfg.model.name_or_path, cfg.model.random_init = str(tmp_path / "bf16"), True
+    path = prepare_initial_model(cfg.model, cfg.tokenizer, tmp_path / "random", corpus=lambda: CORPUS, seed=5)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    assert model.dtype == torch.bfloat16 and model.config.hidden_size == 64
+    weight = "model.layers.0.mlp.up_proj.weight"
+    assert not torch.equal(model.state_dict()[weight], source.state_dict()[weight])   # new random weights

@@ -14,7 +14,7 @@ import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -28,6 +28,7 @@ from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
+from agentrl.rollout.weight_transfer import BUCKET_BYTES, PackedWeights, pack_weights
 
 CHECKPOINT_TAG = "state"
 RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean")
@@ -372,10 +373,12 @@ class Learner:
             return deepspeed.zero.GatheredParameters(list(params), modifier_rank=None)
         return nullcontext()
 
-    def state_dict_for_rollout(self) -> dict[str, torch.Tensor]:
-        """Full weights with Hugging Face names (LoRA merged) on rank 0; ``{}`` on other ranks.
+    def rollout_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(name, tensor)`` of the full weights with Hugging Face names (LoRA merged), one at a
+        time, on this learner's device; yields on rank 0 only.
 
-        Collective under ZeRO-3 (every rank must call it): parameters are gathered one at a time.
+        Collective under ZeRO-3 (every rank must run it to the end): parameters are gathered one
+        at a time, and each yielded tensor is a copy that stays valid after its gather.
         """
         module = self.engine.module
         base = module.get_base_model() if self.lora else module
@@ -383,7 +386,6 @@ class Learner:
         if self.lora:
             from peft.tuners.lora import LoraLayer
             lora_owners = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
-        out: dict[str, torch.Tensor] = {}
         for name, param in base.named_parameters(remove_duplicate=False):
             if ".lora_" in name:
                 continue
@@ -395,8 +397,16 @@ class Learner:
                     value = param.detach().clone()
                     if owner is not None:
                         value += owner.get_delta_weight("default").to(value.dtype)
-                    out[name.replace(".base_layer.", ".")] = value.cpu()
-        return out
+                    yield name.replace(".base_layer.", "."), value
+
+    def state_dict_for_rollout(self) -> dict[str, torch.Tensor]:
+        """:meth:`rollout_weights` as a CPU ``{name: tensor}`` dict on rank 0; ``{}`` on other ranks."""
+        return {name: value.cpu() for name, value in self.rollout_weights()}
+
+    def packed_weights_for_rollout(self, bucket_bytes: int = BUCKET_BYTES) -> list[PackedWeights]:
+        """:meth:`rollout_weights` copied straight into flat byte buckets for the rollout workers
+        (:mod:`agentrl.rollout.weight_transfer`) on rank 0; ``[]`` on other ranks."""
+        return list(pack_weights(self.rollout_weights(), bucket_bytes))
 
     def export_hf(self, directory: str) -> Optional[Path]:
         """Write a Hugging Face model directory (config, weights, tokenizer) on rank 0, atomically."""

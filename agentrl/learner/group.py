@@ -10,7 +10,8 @@ methods either way:
   are put back together in the original order;
 * ``update(batch)``: the batch goes once into the object store and every rank reads it; each rank
   trains on its slice of every mini-batch; metrics are already reduced over ranks;
-* ``state_dict_for_rollout()``, ``export_hf(dir)``: collective; rank 0's result is returned;
+* ``packed_weights_for_rollout()``, ``state_dict_for_rollout()``, ``export_hf(dir)``: collective;
+  rank 0's result is returned;
 * ``save_checkpoint(dir)`` / ``load_checkpoint(dir)``: collective.
 """
 
@@ -26,6 +27,7 @@ from agentrl.data import StepBatch
 from agentrl.learner.distributed import free_port
 from agentrl.learner.engine import Learner, resolve_device
 from agentrl.ray_start import init_local_ray
+from agentrl.rollout.weight_transfer import PackedWeights
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
 
@@ -109,6 +111,12 @@ class LearnerGroup:
         if self.local is not None:
             return self.local.state_dict_for_rollout()
         return self._all("state_dict_for_rollout")[0]
+
+    def packed_weights_for_rollout(self) -> list[PackedWeights]:
+        """Rank 0's weights in flat byte buckets (NumPy: they come back from a rank without a copy)."""
+        if self.local is not None:
+            return self.local.packed_weights_for_rollout()
+        return self._all("packed_weights_for_rollout")[0]
 
     def save_checkpoint(self, directory: str) -> None:
         if self.local is not None:

@@ -2,7 +2,7 @@
 
     group = RolloutWorkerGroup(model_dir, cfg.rollout, cfg.env, num_workers=2)
     result = group.run(tasks, group_size=8, seed=iteration)     # RolloutResult, ids global
-    group.load_weights(learner_state_dict)                      # broadcast once, loaded by all
+    group.load_weights(learner.packed_weights_for_rollout())    # each bucket stored once, mapped by all
     group.close()
 
 The environments live in pool server actors (:mod:`agentrl.envs.server`), launched by the group
@@ -23,6 +23,7 @@ import torch
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
+from agentrl.rollout.weight_transfer import PackedWeights, as_buckets, unpack_weights
 
 WORKER_SEED_STRIDE = 7919
 
@@ -94,8 +95,9 @@ class RolloutWorker:
         return self.engine.run(tasks, group_size, sampling=sampling.with_seed(seed), seed=seed,
                                group_ids=group_ids, traj_id_start=traj_id_start, expert_guidance=expert_guidance)
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        self.backend.load_weights(state_dict)
+    def load_weights(self, *buckets: PackedWeights) -> None:
+        """Load one sync's packed buckets (Ray hands them over as views of the object store)."""
+        self.backend.load_weights(unpack_weights(buckets))
 
     def backend_stats(self) -> dict[str, float]:
         return self.backend.stats()
@@ -183,12 +185,14 @@ class RolloutWorkerGroup:
         result.stats["wall_s"] = time.perf_counter() - start
         return result
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Send the weights once (Ray object store) and load them into every worker's backend."""
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | Sequence[PackedWeights]) -> None:
+        """Load a ``{name: tensor}`` state dict or packed buckets
+        (:mod:`agentrl.rollout.weight_transfer`) into every worker's backend. Each bucket goes into
+        Ray's object store once and every worker maps it from there without a copy."""
         import ray
 
-        ref = ray.put({k: v.detach().to("cpu") for k, v in state_dict.items()})
-        ray.get([w.load_weights.remote(ref) for w in self.workers])
+        refs = [ray.put(bucket) for bucket in as_buckets(weights)]
+        ray.get([w.load_weights.remote(*refs) for w in self.workers])
 
     def backend_stats(self) -> list[dict[str, float]]:
         import ray

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from agentrl.learner.engine import Learner
 from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches, sequence_lengths
+from agentrl.rollout.weight_transfer import unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
 
 HIDDEN_LAYER = 1
@@ -216,6 +217,13 @@ def test_state_dict_for_rollout_under_zero3_is_full(zero3, hf_model):
     state = zero3.state_dict_for_rollout()
     for name, tensor in hf_model.state_dict().items():
         assert state[name].shape == tensor.shape, name
+    # the packed buckets the trainer syncs hold the same tensors, gathered the same way
+    buckets = zero3.packed_weights_for_rollout(bucket_bytes=4096)
+    assert len(buckets) > 1
+    packed = unpack_weights(buckets)
+    assert list(packed) == list(state)
+    for name, tensor in state.items():
+        assert torch.equal(packed[name], tensor), name
 
 
 # ------------------------------------------------------------------------------------------- LoRA
@@ -234,6 +242,8 @@ def test_lora_trains_the_adapter_and_merges_for_rollout(model_dir, hf_model):
         lora.update(batch)
     merged = lora.state_dict_for_rollout()
     assert merged.keys() == base.keys()
+    packed = unpack_weights(lora.packed_weights_for_rollout())
+    assert all(torch.equal(packed[name], merged[name]) for name in merged)
     assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
     assert torch.equal(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
     # the merged weights reproduce the adapted model's log-probs

@@ -11,6 +11,7 @@ import torch
 from agentrl.envs import TaskRef, make_env
 from agentrl.models import build_tiny_model
 from agentrl.rollout.validation import validate
+from agentrl.rollout.weight_transfer import pack_weights
 from agentrl.rollout.workers import RolloutWorkerGroup, default_torch_threads, split_evenly
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
@@ -42,6 +43,13 @@ def test_textcraft_workers_split_envs_and_load_broadcast_weights(ray_cluster, ti
         group.load_weights(other.state_dict())
         greedy = group.run(tasks, group_size=2, sampling=group.sampling_params(temperature=0.0))
         check_logprobs_match(other, greedy.batch, (0, len(greedy.batch) - 1))
+        # packed buckets (what the trainer sends), several of them, each mapped by both workers
+        third = build_tiny_model(TINY, tiny_tokenizer, seed=8).eval()
+        buckets = list(pack_weights(third.state_dict().items(), bucket_bytes=64 * 1024))
+        assert len(buckets) > 2
+        group.load_weights(buckets)
+        greedy = group.run(tasks, group_size=2, sampling=group.sampling_params(temperature=0.0))
+        check_logprobs_match(third, greedy.batch, (0, len(greedy.batch) - 1))
 
         val = validate(group, tasks + [TaskRef("depth2", 5)], temperature=0.0)
         assert [e.group_id for e in val.episodes] == [0, 1, 2] and len({e.task for e in val.episodes}) == 3

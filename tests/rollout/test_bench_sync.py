@@ -1,0 +1,25 @@
+"""``agentrl bench sync`` moves weights into real Ray rollout workers both ways and reports both."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.bench import sync as bench
+from agentrl.bench._common import parse_target_args
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+
+def test_sync_bench_times_packed_and_tensor_dict_syncs(ray_cluster, tiny_model_dir):
+    report = bench._measure(parse_target_args(bench, ["--arch", str(tiny_model_dir), "--dtype", "float32",
+                                                      "--repeats", "2", "--bucket-mb", "1"]))
+    meta, rows = report["meta"], report["results"]
+    assert meta["device"] == "cpu" and meta["workers"] == 1 and meta["tensors"] > 10 and meta["gb"] > 0
+    assert set(rows) == {"packed", "tensor_dict"}
+    packed = rows["packed"]
+    assert packed["total_s"] == pytest.approx(packed["pack_s"] + packed["load_s"], rel=0.05)
+    assert packed["speedup"] == pytest.approx(rows["tensor_dict"]["total_s"] / packed["total_s"])
+    assert all(row["gb_per_s"] > 0 for row in rows.values())
+    with pytest.raises(SystemExit, match="--repeats"):
+        bench._measure(parse_target_args(bench, ["--arch", str(tiny_model_dir), "--repeats", "0"]))
