@@ -378,7 +378,8 @@ class Learner:
         time, on this learner's device; yields on rank 0 only.
 
         Collective under ZeRO-3 (every rank must run it to the end): parameters are gathered one
-        at a time, and each yielded tensor is a copy that stays valid after its gather.
+        at a time. A yielded tensor may be the parameter itself, valid only until the next one is
+        asked for: copy it first.
         """
         module = self.engine.module
         base = module.get_base_model() if self.lora else module
@@ -394,14 +395,14 @@ class Learner:
             params = [param] + (list(owner.parameters()) if owner is not None else [])
             with self._gather(params):
                 if self.ranks.is_main:
-                    value = param.detach().clone()
+                    value = param.detach()
                     if owner is not None:
-                        value += owner.get_delta_weight("default").to(value.dtype)
+                        value = value + owner.get_delta_weight("default").to(value.dtype)
                     yield name.replace(".base_layer.", "."), value
 
     def state_dict_for_rollout(self) -> dict[str, torch.Tensor]:
         """:meth:`rollout_weights` as a CPU ``{name: tensor}`` dict on rank 0; ``{}`` on other ranks."""
-        return {name: value.cpu() for name, value in self.rollout_weights()}
+        return {name: value.to("cpu", copy=True) for name, value in self.rollout_weights()}
 
     def packed_weights_for_rollout(self, bucket_bytes: int = BUCKET_BYTES) -> list[PackedWeights]:
         """:meth:`rollout_weights` copied straight into flat byte buckets for the rollout workers

@@ -62,36 +62,33 @@ def _byte_view(tensor: torch.Tensor) -> torch.Tensor:
 
 def pack_weights(named_tensors: Iterable[tuple[str, torch.Tensor]],
                  bucket_bytes: int = BUCKET_BYTES) -> Iterator[PackedWeights]:
-    """Copy ``(name, tensor)`` pairs (any device) into buckets of about ``bucket_bytes``, in order.
+    """Copy ``(name, tensor)`` pairs (any device) into buckets of at most ``bucket_bytes`` (a
+    larger tensor gets a bucket of its own), in order.
 
-    Tensors are read one at a time as the iterable yields them, so a generator that gathers
-    sharded parameters one by one never holds more than one bucket on the host.
+    Each tensor is copied into its bucket as soon as the iterable yields it, before the next one
+    is asked for: a generator may yield views that are only valid until then (a ZeRO-3 parameter
+    inside its gather), and no more than one bucket is held on the host at a time.
     """
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    pending: list[tuple[str, torch.Tensor]] = []
-    size = 0
-
-    def flush() -> PackedWeights:
-        buffer = np.empty(size, dtype=np.uint8)
-        flat = torch.from_numpy(buffer)
-        entries, offset = [], 0
-        for name, tensor in pending:
-            count = tensor.numel() * tensor.element_size()
-            flat[offset:offset + count].copy_(_byte_view(tensor))
-            entries.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), offset, count))
-            offset += _aligned(count)
-        return PackedWeights(buffer, entries)
-
+    buffer: np.ndarray | None = None
+    flat = torch.empty(0, dtype=torch.uint8)
+    entries: list[tuple[str, str, tuple[int, ...], int, int]] = []
+    offset = 0
     for name, tensor in named_tensors:
-        count = _aligned(tensor.numel() * tensor.element_size())
-        if pending and size + count > bucket_bytes:
-            yield flush()
-            pending, size = [], 0
-        pending.append((name, tensor))
-        size += count
-    if pending:
-        yield flush()
+        count = tensor.numel() * tensor.element_size()
+        if buffer is not None and offset + count > len(buffer):
+            yield PackedWeights(buffer[:offset], entries)
+            buffer = None
+        if buffer is None:
+            # np.empty only reserves the pages: the bytes not written are never touched nor sent
+            buffer, entries, offset = np.empty(max(bucket_bytes, count), dtype=np.uint8), [], 0
+            flat = torch.from_numpy(buffer)
+        flat[offset:offset + count].copy_(_byte_view(tensor))
+        entries.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), offset, count))
+        offset += _aligned(count)
+    if buffer is not None:
+        yield PackedWeights(buffer[:offset], entries)
 
 
 def unpack_weights(buckets: Sequence[PackedWeights]) -> dict[str, torch.Tensor]:

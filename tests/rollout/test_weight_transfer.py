@@ -29,6 +29,7 @@ def test_buckets_round_trip_every_dtype_shape_and_order():
     for bucket in buckets:   # a bucket goes over the size only when one tensor alone is larger
         assert bucket.buffer.dtype == np.uint8
         assert bucket.buffer.nbytes <= 512 or len(bucket.entries) == 1
+        assert bucket.buffer.nbytes >= bucket.entries[-1][3] + bucket.entries[-1][4]
         assert all(offset % ALIGN == 0 for _, _, _, offset, _ in bucket.entries)
     out = unpack_weights(buckets)
     assert list(out) == list(state)
