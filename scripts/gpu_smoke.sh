@@ -9,6 +9,8 @@
 #   RECIPE=alfworld_gigpo_qwen1.5b bash scripts/gpu_smoke.sh   # another 1.5B recipe (textcraft_* too)
 #   SMOKE_BACKEND=torch bash scripts/gpu_smoke.sh              # the torch rollout backend instead of vLLM
 #   bash scripts/gpu_smoke.sh env.group_size=8                 # extra key=value overrides go last
+#   SMOKE_BACKEND=torch RECIPE=textcraft_bipace_qwen7b bash scripts/gpu_smoke.sh model.lora_rank=64 \
+#       model.lora_alpha=128 learner.zero_stage=3                # the 7B shape on one GPU: LoRA, 45 GB
 #
 # Needs a venv with a CUDA torch, vllm (unless SMOKE_BACKEND=torch) and, for ALFWorld recipes, alfworld:
 #   AGENTRL_TORCH=torch AGENTRL_EXTRAS=dev,alfworld,vllm bash scripts/setup.sh
@@ -69,7 +71,7 @@ ARGS=(
 )
 
 rm -rf "$OUT/smoke"
-echo "[gpu-smoke] $RECIPE, $BACKEND rollout backend, 2 iterations, random Qwen2.5-1.5B weights, run dir $OUT/smoke"
+echo "[gpu-smoke] $RECIPE, $BACKEND rollout backend, random weights of the recipe's architecture, run dir $OUT/smoke"
 start=$(date +%s)
 "$PY" -m agentrl.cli.main train "recipe=$RECIPE" "${ARGS[@]}" "trainer.output_dir=$OUT" trainer.run_name=smoke "$@"
 echo "[gpu-smoke] train finished in $(( $(date +%s) - start )) s (model build, engine start-up and checkpoint included)"

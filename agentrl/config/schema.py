@@ -46,7 +46,8 @@ class ModelConfig:
     name_or_path: str = F("tiny", "`tiny` (built from model.tiny and a tokenizer trained on env text), "
                           "a local Hugging Face model directory, or a hub name such as Qwen/Qwen2.5-7B-Instruct")
     random_init: bool = F(False, "build the named architecture with random weights instead of loading them "
-                          "(shape tests and GPU smoke runs without checkpoints)")
+                          "(shape tests and GPU smoke runs without checkpoints), in the dtype its checkpoints are "
+                          "stored in (bf16 for Qwen2.5)")
     dtype: str = F("auto", "parameter dtype: auto = bfloat16 on GPU, float32 on CPU",
                    choices=("auto", "float32", "bfloat16", "float16"))
     attn_implementation: str = F("sdpa", "attention kernel passed to transformers",
