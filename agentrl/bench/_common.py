@@ -39,6 +39,17 @@ def print_json_report(measure: Callable[[], dict[str, Any]]) -> int:
     return 0
 
 
+def run_report(args: argparse.Namespace, measure: Callable[[argparse.Namespace], dict[str, Any]],
+               show: Callable[[dict[str, Any], dict[str, Any]], None]) -> int:
+    """A target's ``run``: ``measure(args)`` gives ``{"meta": ..., "results": ...}``, printed as one
+    JSON object with ``--json``, else as text by ``show(meta, results)``."""
+    if args.json:
+        return print_json_report(lambda: measure(args))
+    report = measure(args)
+    show(report["meta"], report["results"])
+    return 0
+
+
 def add_target_arguments(parser: argparse.ArgumentParser, target: ModuleType) -> None:
     """A target's flags and the ``--json`` every target has (``agentrl bench TARGET``)."""
     parser.add_argument("--json", action="store_true", help="print one JSON object with the results")

@@ -27,7 +27,7 @@ import os
 import tempfile
 import time
 
-from agentrl.bench._common import cpu_name, print_json_report
+from agentrl.bench._common import cpu_name, run_report
 
 HELP = "learner time of one iteration (learner pass + PPO update) at each learner.precision"
 WARMUP_ROWS = 64
@@ -165,10 +165,10 @@ def _measure(args) -> dict:
 
 
 def run(args) -> int:
-    if args.json:
-        return print_json_report(lambda: _measure(args))
-    report = _measure(args)
-    meta, rows = report["meta"], report["results"]
+    return run_report(args, _measure, _show)
+
+
+def _show(meta: dict, rows: dict) -> None:
     print(f"learner benchmark ({meta['recipe']}): {meta['model']}, {meta['weights']} weights; {meta['rows']} rows, "
           f"{meta['tokens']} tokens, mini-batch {meta['mini_batch_size']}, micro-batch {meta['micro_batch_size']}, "
           f"{meta['ppo_epochs']} epoch(s), "
@@ -180,4 +180,3 @@ def run(args) -> int:
         gap = (f"{row['logprob_gap_mean']:.2e} / {row['logprob_gap_max']:.2e}" if "logprob_gap_mean" in row else "-")
         print(f"{name:<11}{row['learner_pass_s']:>8.2f}{row['update_s']:>10.2f}{row['total_s']:>9.2f}"
               f"{row['tokens_per_s']:>10.0f}{row['speedup']:>9.2f}x{gap:>26}")
-    return 0

@@ -30,7 +30,7 @@ import os
 import tempfile
 import time
 
-from agentrl.bench._common import cpu_name, print_json_report
+from agentrl.bench._common import cpu_name, run_report
 
 HELP = "rollout throughput: batched engine (torch, vllm) vs one env at a time with HF generate"
 
@@ -169,14 +169,10 @@ class _NoEnvs:
 
 
 def run(args) -> int:
-    if args.json:
-        return print_json_report(lambda: _measure(args))
-    return _run(args)
+    return run_report(args, _measure, _show)
 
 
-def _run(args) -> int:
-    report = _measure(args)
-    meta, rows = report["meta"], report["results"]
+def _show(meta: dict, rows: dict) -> None:
     print(f"rollout benchmark ({meta['recipe']}): {meta['model']}; {meta['tasks']} tasks x {meta['group_size']} envs "
           f"x {meta['max_steps']} steps on {meta['split']}, prompts <= {meta['max_prompt_tokens']} tokens "
           f"({meta['prompt_truncation']}), {meta['max_response_tokens']} tokens/response; {meta['cpu']}, "
@@ -188,7 +184,6 @@ def _run(args) -> int:
         cpu_speedup = f"{row['cpu_speedup_vs_naive']:>13.1f}x" if "cpu_speedup_vs_naive" in row else f"{'-':>14}"
         print(f"{name:<26}{row['seconds']:>9.2f}{int(row['env_steps']):>11}{row['env_steps_per_s']:>9.1f}"
               f"{row['generated_tokens_per_s']:>11.0f}{speedup}{row['cpu_s']:>8.1f}{cpu_speedup}")
-    return 0
 
 
 def _measure(args) -> dict:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentrl.bench._common import cpu_name, print_json_report
+from agentrl.bench._common import cpu_name, run_report
 
 HELP = "learner-to-rollout weight sync (packed buckets vs a tensor dict) at a Qwen2.5 shape"
 
@@ -135,10 +135,10 @@ def _measure(args) -> dict:
 
 
 def run(args) -> int:
-    if args.json:
-        return print_json_report(lambda: _measure(args))
-    report = _measure(args)
-    meta, rows = report["meta"], report["results"]
+    return run_report(args, _measure, _show)
+
+
+def _show(meta: dict, rows: dict) -> None:
     where = meta["gpu"] or f"{meta['cpu']}, {meta['cores']} cores"
     print(f"weight sync benchmark: {meta['arch']} shape, {meta['gb']:.2f} GB of {meta['dtype']} in {meta['tensors']} "
           f"tensors, {meta['workers']} worker(s) on {meta['device']} ({where}); median of {meta['repeats']}")
@@ -148,4 +148,3 @@ def run(args) -> int:
         load = f"{row['load_s']:.2f}" if "load_s" in row else "-"
         speedup = f"{row['speedup']:.2f}x" if "speedup" in row else "-"
         print(f"{name:<13}{pack:>8}{load:>8}{row['total_s']:>9.2f}{row['gb_per_s']:>7.2f}{speedup:>10}")
-    return 0

@@ -11,9 +11,13 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 
-def test_sync_bench_times_packed_and_tensor_dict_syncs(ray_cluster, tiny_model_dir):
-    report = bench._measure(parse_target_args(bench, ["--arch", str(tiny_model_dir), "--dtype", "float32",
-                                                      "--repeats", "2", "--bucket-mb", "1"]))
+def test_sync_bench_times_packed_and_tensor_dict_syncs(ray_cluster, tiny_model_dir, capsys):
+    argv = ["--arch", str(tiny_model_dir), "--dtype", "float32", "--repeats", "2", "--bucket-mb", "1"]
+    assert bench.run(parse_target_args(bench, argv)) == 0          # the text table
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("weight sync benchmark:") and "median of 2" in lines[0]
+    assert [line.split()[0] for line in lines[2:]] == ["packed", "tensor_dict"]
+    report = bench._measure(parse_target_args(bench, argv))
     meta, rows = report["meta"], report["results"]
     assert meta["device"] == "cpu" and meta["workers"] == 1 and meta["tensors"] > 10 and meta["gb"] > 0
     assert set(rows) == {"packed", "tensor_dict"}
