@@ -1,8 +1,8 @@
 """``agentrl bench sync``: the learner-to-rollout weight sync at a Qwen2.5 shape.
 
-A model of the named Qwen2.5 architecture (random weights, ``--dtype``) is written to a scratch
-directory and loaded by ``--workers`` real Ray rollout workers (torch backend, on ``--device``,
-TextCraft env actors). The learner's side is a second random model of the same shape on
+A model of the named Qwen2.5 architecture (random weights, written as ``model.random_init`` writes
+them) is saved to a scratch directory and loaded in ``--dtype`` by ``--workers`` real Ray rollout
+workers (torch backend, on ``--device``, TextCraft env actors). The learner's side is a second random model of the same shape on
 ``--device``. Each repeat times two ways of moving its weights into the workers:
 
 * ``packed`` (what the trainer does): the weights are copied straight from the device into flat
@@ -23,7 +23,6 @@ import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 from agentrl.bench._common import cpu_name, run_report
 
@@ -57,21 +56,13 @@ class _DictReceiver:
             own[name].copy_(value.to(own[name].device, own[name].dtype))
 
 
-def _write_model(arch: str, dtype, directory: str, seed: int):
-    """A random model of ``arch`` in ``dtype`` written to ``directory`` (with a tiny tokenizer); returned."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+def _random_model(cfg, arch: str, directory: str, seed: int) -> str:
+    """A random model of ``arch`` written to ``directory`` the way ``model.random_init`` writes one."""
+    from agentrl.models import prepare_initial_model
 
-    from agentrl.models.architectures import qwen25_config
-    from agentrl.models.loading import _write_model_dir, is_model_dir
-    from agentrl.models.tokenizer import train_tokenizer
-
-    tokenizer = train_tokenizer(["craft 1 stick using 2 planks", "get 1 oak log", "inventory"], 64, "wordlevel")
-    config = AutoConfig.from_pretrained(arch) if is_model_dir(arch) else qwen25_config(arch)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    _write_model_dir(model, tokenizer, Path(directory))
-    return model
+    cfg.model.name_or_path, cfg.model.random_init = arch, True
+    corpus = ["craft 1 stick using 2 planks", "get 1 oak log", "inventory"]   # when arch has no tokenizer here
+    return prepare_initial_model(cfg.model, cfg.tokenizer, directory, corpus=lambda: corpus, seed=seed)
 
 
 def _measure(args) -> dict:
@@ -79,6 +70,7 @@ def _measure(args) -> dict:
     import torch
 
     from agentrl.config import load_config
+    from agentrl.models import load_model
     from agentrl.ray_start import init_local_ray
     from agentrl.rollout.weight_transfer import pack_weights
     from agentrl.rollout.workers import RolloutWorkerGroup
@@ -91,9 +83,9 @@ def _measure(args) -> dict:
                                               "env.num_servers=1"])
     times: dict[str, list[dict[str, float]]] = {"packed": [], "tensor_dict": []}
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-sync-") as scratch:
-        model_dir = os.path.join(scratch, "model")
-        _write_model(args.arch, dtype, model_dir, seed=0)
-        source = _write_model(args.arch, dtype, os.path.join(scratch, "source"), seed=1).to(args.device)
+        model_dir = _random_model(cfg, args.arch, os.path.join(scratch, "model"), seed=0)
+        source = load_model(_random_model(cfg, args.arch, os.path.join(scratch, "source"), seed=1),
+                            dtype).to(args.device)
         named = list(source.named_parameters(remove_duplicate=False))
         nbytes = sum(p.numel() * p.element_size() for _, p in named)
         if not ray.is_initialized():
