@@ -24,6 +24,7 @@ from typing import Any
 
 from agentrl.config import Config, config_to_dict
 from agentrl.curriculum import PrioritizedSchedule
+from agentrl.denormals import flush_denormals
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
 from agentrl.ray_start import start_ray
@@ -131,6 +132,7 @@ def _mixed_groups(episodes) -> float:
 class Trainer:
     def __init__(self, cfg: Config, recipe: str | None):
         self.cfg = cfg
+        flush_denormals(warn_if_late=True)     # done already when started by the agentrl command
         self.run = RunDirectory.create(cfg, recipe)
         self.tracker = Tracker(self.run.path, cfg.logging, self.run.name, config_dict=config_to_dict(cfg))
         self.rollout = None

@@ -44,7 +44,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
         if selected is None or name == selected:
             module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _flush_denormals=getattr(module, "TORCH_COMPUTE", False))
     return parser
 
 
@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "_run", None):
             parser.print_help()
             return 2
+        if args._flush_denormals:   # before torch starts its threads (agentrl.denormals)
+            from agentrl.denormals import flush_denormals
+
+            flush_denormals()
         return int(args._run(args) or 0)
     except UsageError as err:
         print(f"agentrl: error: {err}", file=sys.stderr)

@@ -16,6 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Iterator
 
+from agentrl.denormals import flush_denormals
 from agentrl.errors import UsageError
 
 ONE_PROCESS_SETTING = "trainer.sft.demonstration_workers=1"
@@ -26,7 +27,8 @@ def spawned_pool(workers: int, what: str) -> Iterator[ProcessPoolExecutor]:
     """A ``spawn`` process pool of ``workers`` processes for ``what`` (named in the error). A worker
     that dies, while it starts or later, raises :class:`UsageError` with the two usual causes."""
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                 initializer=flush_denormals) as pool:
             yield pool
     except BrokenProcessPool as exc:
         raise UsageError(

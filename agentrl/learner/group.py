@@ -24,6 +24,7 @@ import torch
 
 from agentrl.config.schema import Config
 from agentrl.data import StepBatch
+from agentrl.denormals import denormals_flushed, flush_denormals
 from agentrl.learner.distributed import free_port
 from agentrl.learner.engine import Learner, resolve_device
 from agentrl.ray_start import init_local_ray
@@ -37,6 +38,7 @@ class LearnerRank:
 
     def __init__(self, env: dict[str, str]):
         os.environ.update(env)
+        flush_denormals()    # before torch starts this process's threads
         self.learner: Optional[Learner] = None
 
     def node_address(self) -> tuple[str, int]:
@@ -55,6 +57,9 @@ class LearnerRank:
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.learner, method)(*args)
+
+    def denormals_flushed(self) -> bool:
+        return denormals_flushed()
 
 
 class LearnerGroup:

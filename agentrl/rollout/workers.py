@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from agentrl.denormals import denormals_flushed, flush_denormals
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
@@ -65,6 +66,7 @@ class RolloutWorker:
         from agentrl.models import load_tokenizer, resolve_dtype
         from agentrl.rollout.backends import make_backend
 
+        flush_denormals()    # before torch starts this process's threads
         if torch_threads:
             torch.set_num_threads(int(torch_threads))
         elif torch_threads == 0:    # rollout.torch_threads=0: this machine's cores, shared by the workers
@@ -89,6 +91,9 @@ class RolloutWorker:
 
     def torch_threads(self) -> int:
         return torch.get_num_threads()
+
+    def denormals_flushed(self) -> bool:
+        return denormals_flushed()
 
     def run(self, tasks: Sequence[TaskRef], group_size: int, group_ids: Sequence[int], traj_id_start: int,
             sampling: SamplingParams, seed: int, expert_guidance: bool = False) -> RolloutResult:

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+ray = pytest.importorskip("ray")
+
 from agentrl.learner.group import LearnerGroup
 from agentrl.rollout.weight_transfer import unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
@@ -29,6 +31,7 @@ def test_two_ranks_through_ray_equal_one_rank(stage, model_dir, ray_cluster):
     pair = group(model_dir, 2, stage)
     try:
         assert single.local is not None and len(pair.actors) == 2
+        assert ray.get([actor.denormals_flushed.remote() for actor in pair.actors]) == [True, True]
         one, two = single.compute_logprobs(batch), pair.compute_logprobs(batch)
         for name in ("old_logprobs", "ref_logprobs", "hidden"):
             assert torch.allclose(getattr(one, name), getattr(two, name), atol=1e-6), name

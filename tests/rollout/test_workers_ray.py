@@ -61,6 +61,8 @@ def test_rollout_torch_threads_sets_each_workers_threads(ray_cluster, tiny_model
     cfg = rollout_config(max_response_tokens=6, max_prompt_tokens=1024, prompt_truncation="left", torch_threads=3)
     with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=1, worker_num_cpus=0.5, env_num_cpus=0.5) as group:
         assert ray.get([w.torch_threads.remote() for w in group.workers]) == [3]
+        # flushed before torch made the worker's 3 threads, so in all of them (agentrl.denormals)
+        assert ray.get([w.denormals_flushed.remote() for w in group.workers]) == [True]
 
 
 @pytest.mark.parametrize("env_name, split", [("webshop", "test"), ("alfworld", "valid_seen")])
