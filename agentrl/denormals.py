@@ -11,7 +11,9 @@ inherits them from the thread that creates it. torch creates its intra-op (OpenM
 first parallel operation, so :func:`flush_denormals` must run before that in every process that
 computes: the ``agentrl`` command (:mod:`agentrl.cli.main`), each Ray learner rank and rollout
 worker, each spawned worker. Called later, only the calling thread flushes, and
-:func:`flush_denormals` returns False.
+:func:`flush_denormals` returns False. The ``Trainer`` built from Python does not change its
+caller's floating-point state; it warns (:func:`warn_unless_flushed`) when a CPU learner would run
+with denormals.
 
 ``AGENTRL_KEEP_DENORMALS=1`` keeps IEEE gradual underflow (e.g. to compare numbers bit for bit
 with another framework), at the cost above. GPUs are not affected either way.
@@ -32,22 +34,27 @@ def keep_denormals() -> bool:
     return os.environ.get(KEEP_ENV, "").strip() not in ("", "0")
 
 
-def flush_denormals(warn_if_late: bool = False) -> bool:
+def flush_denormals() -> bool:
     """Flush denormals in this thread and the torch threads created after it; True when every
     torch thread of this process flushes now (False when kept on purpose, unsupported by the CPU,
-    or torch's threads already existed: then, with ``warn_if_late``, a warning says what to do)."""
+    or torch's threads already existed)."""
     import torch
 
     if keep_denormals() or not torch.set_flush_denormal(True):
         return False
-    if denormals_flushed():
-        return True
-    if warn_if_late:
-        warnings.warn("torch's CPU threads started before agentrl.denormals.flush_denormals() ran, so only some of "
-                      "them flush denormal floats, which can slow a trained model's CPU update ~1.5x: call "
-                      "flush_denormals() at the top of your script, before any torch work (or set "
-                      f"{KEEP_ENV}=1 to keep denormals on purpose)", RuntimeWarning, stacklevel=2)
-    return False
+    return denormals_flushed()
+
+
+def warn_unless_flushed() -> None:
+    """A ``RuntimeWarning`` naming the fix when this process computes with denormals and the user did
+    not ask for them. For library entry points (the ``Trainer``) that run in a user's process: they
+    leave its floating-point state alone (e.g. hypothesis refuses to run with flushing on)."""
+    if keep_denormals() or denormals_flushed():
+        return
+    warnings.warn("denormal floats are not flushed in this process, which can make a trained model's CPU update "
+                  "~1.5x slower: call agentrl.denormals.flush_denormals() at the top of your script, before any "
+                  "torch work, as the agentrl commands do (or set "
+                  f"{KEEP_ENV}=1 to keep denormals on purpose)", RuntimeWarning, stacklevel=3)
 
 
 def denormals_flushed() -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 from agentrl.config import Config, config_to_dict
 from agentrl.curriculum import PrioritizedSchedule
-from agentrl.denormals import flush_denormals
+from agentrl.denormals import warn_unless_flushed
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
 from agentrl.ray_start import start_ray
@@ -132,7 +132,6 @@ def _mixed_groups(episodes) -> float:
 class Trainer:
     def __init__(self, cfg: Config, recipe: str | None):
         self.cfg = cfg
-        flush_denormals(warn_if_late=True)     # done already when started by the agentrl command
         self.run = RunDirectory.create(cfg, recipe)
         self.tracker = Tracker(self.run.path, cfg.logging, self.run.name, config_dict=config_to_dict(cfg))
         self.rollout = None
@@ -150,6 +149,8 @@ class Trainer:
         from agentrl.rollout.workers import RolloutWorkerGroup
 
         start_ray(self.cfg)
+        if self.learner_device() == "cpu" and self.cfg.learner.num_ranks == 1:
+            warn_unless_flushed()     # the learner runs in this process (the agentrl command flushed it)
         self.learner = LearnerGroup(self.cfg, model_dir)
         device = "cuda" if self.learner_device() == "cuda" else "cpu"
         gpus_per_worker = float(self.cfg.rollout.vllm.tensor_parallel_size) if device == "cuda" else 0.0

@@ -37,22 +37,39 @@ def test_flushed_before_torch_threads_start_reaches_every_thread():
     assert json.loads(out) == [True, True, 0]
 
 
-def test_flushed_after_threads_started_reaches_only_some_and_warns():
+def test_flushed_after_threads_started_reaches_only_some_and_the_trainer_check_warns():
     out = run_python("""
         import json, warnings, torch
         torch.set_num_threads(2)
         x = torch.full((4 * 65536,), 1e-30)
         before = int(torch.count_nonzero(x * 1e-10))     # starts torch's second thread, flushing off
-        from agentrl.denormals import flush_denormals
+        from agentrl.denormals import flush_denormals, warn_unless_flushed
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            ok = flush_denormals(warn_if_late=True)
-        after = int(torch.count_nonzero(x * 1e-10))
+            warn_unless_flushed()
+            ok = flush_denormals()
+            after = int(torch.count_nonzero(x * 1e-10))
+            warn_unless_flushed()
         print(json.dumps([before, ok, 0 < after < before, [str(w.message) for w in caught]]))
     """)
     before, ok, partly, messages = json.loads(out)
     assert before == 4 * 65536 and ok is False and partly
-    assert len(messages) == 1 and "before any torch work" in messages[0] and "AGENTRL_KEEP_DENORMALS" in messages[0]
+    assert len(messages) == 2 and all("before any torch work" in m and "AGENTRL_KEEP_DENORMALS" in m for m in messages)
+
+
+def test_trainer_check_is_silent_when_flushed_or_kept():
+    code = """
+        import json, os, warnings
+        from agentrl.denormals import flush_denormals, warn_unless_flushed
+        if not os.environ.get("AGENTRL_KEEP_DENORMALS"):
+            flush_denormals()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_unless_flushed()
+        print(json.dumps(len(caught)))
+    """
+    assert json.loads(run_python(code)) == 0
+    assert json.loads(run_python(code, AGENTRL_KEEP_DENORMALS="1")) == 0
 
 
 def test_keep_denormals_leaves_ieee_gradual_underflow():
