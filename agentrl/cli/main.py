@@ -44,6 +44,8 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
         if selected is None or name == selected:
             module.add_arguments(p)
+        # a command module that computes with torch says TORCH_COMPUTE = True: main flushes denormal
+        # floats before it runs, while torch has no threads yet (agentrl.denormals)
         p.set_defaults(_run=module.run, _flush_denormals=getattr(module, "TORCH_COMPUTE", False))
     return parser
 
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "_run", None):
             parser.print_help()
             return 2
-        if args._flush_denormals:   # before torch starts its threads (agentrl.denormals)
+        if args._flush_denormals:
             from agentrl.denormals import flush_denormals
 
             flush_denormals()

@@ -9,8 +9,7 @@ import agentrl.bench as bench_pkg
 from agentrl.bench._common import add_target_arguments
 
 HELP = "run a benchmark (estimators, envs, rollout, ...) and print its numbers"
-# the command computes with torch: agentrl.cli.main flushes denormals first (agentrl.denormals)
-TORCH_COMPUTE = True
+TORCH_COMPUTE = True    # see agentrl.cli.main
 
 
 def _targets() -> list[str]:

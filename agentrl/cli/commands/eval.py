@@ -8,8 +8,7 @@ from pathlib import Path
 from agentrl.errors import UsageError
 
 HELP = "evaluate a policy on a whole split: one JSONL line per episode and a summary (resumable)"
-# the command computes with torch: agentrl.cli.main flushes denormals first (agentrl.denormals)
-TORCH_COMPUTE = True
+TORCH_COMPUTE = True    # see agentrl.cli.main
 DESCRIPTION = ("Play every task of split=NAME (default: the run's env.eval_split) once per seed with the rollout "
                "workers. checkpoint=PATH is a Hugging Face model directory (final_model, sft_model, an export) or "
                "a run directory (its final_model, else its newest checkpoint). Writes out=DIR/episodes.jsonl "

@@ -8,8 +8,7 @@ from pathlib import Path
 from agentrl.errors import UsageError
 
 HELP = "write a training checkpoint's policy as a Hugging Face model directory"
-# the command computes with torch: agentrl.cli.main flushes denormals first (agentrl.denormals)
-TORCH_COMPUTE = True
+TORCH_COMPUTE = True    # see agentrl.cli.main
 DESCRIPTION = ("Load checkpoints/iter_N (or a run directory: its newest checkpoint) and write the policy, with its "
                "tokenizer, to out=DIR, loadable by AutoModelForCausalLM.from_pretrained and by vLLM.")
 

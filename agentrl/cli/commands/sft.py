@@ -7,8 +7,7 @@ import json
 from agentrl.cli.commands._common import DEFAULT_TRAIN_RECIPE, add_recipe_arguments, resolve
 
 HELP = "supervised warm start on the environment's expert demonstrations (writes <run>/sft_model)"
-# the command computes with torch: agentrl.cli.main flushes denormals first (agentrl.denormals)
-TORCH_COMPUTE = True
+TORCH_COMPUTE = True    # see agentrl.cli.main
 
 
 def add_arguments(parser) -> None:

@@ -8,8 +8,7 @@ from agentrl.cli.commands._common import (DEFAULT_TRAIN_RECIPE, add_recipe_argum
                                           require_inputs, resolve)
 
 HELP = f"train a policy with RL (default recipe: {DEFAULT_TRAIN_RECIPE}, a tiny CPU recipe)"
-# the command computes with torch: agentrl.cli.main flushes denormals first (agentrl.denormals)
-TORCH_COMPUTE = True
+TORCH_COMPUTE = True    # see agentrl.cli.main
 DESCRIPTION = (f"Train with the recipe's estimator. Without recipe=NAME this runs {DEFAULT_TRAIN_RECIPE} on CPU: "
                "tokenizer and tiny model built from the environment's text, SFT warm start on expert "
                "demonstrations, then RL with periodic validation. trainer.resume=auto (the default) continues a "
