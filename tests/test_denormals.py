@@ -85,8 +85,8 @@ def test_keep_denormals_leaves_ieee_gradual_underflow():
 @pytest.mark.parametrize("argv, flushes", [(["export"], True), (["train"], True), (["sft"], True), (["eval"], True),
                                            (["bench", "learner"], True), (["recipes"], False), (["table"], False)])
 def test_cli_flushes_before_commands_that_compute(argv, flushes):
-    """`agentrl <command>` flushes before the command runs when it computes with torch; the others
-    do not import torch for it (they start faster)."""
+    """`agentrl <command>` flushes before the command runs when it computes with torch, and leaves
+    the others' floats as they are."""
     out = run_python(f"""
         import json, sys
         import agentrl.cli.commands.{argv[0]} as module
