@@ -2,7 +2,8 @@
 # CPU reproduction in miniature: GRPO, GiGPO, GAGPO and BiPACE x 3 seeds on the tiny TextCraft
 # recipes (sweeps/mini_textcraft.yaml), then the table and the learning curves into docs/results/.
 #
-#   scripts/reproduce_mini.sh                 # several hours on a small CPU machine
+#   OMP_NUM_THREADS=2 scripts/reproduce_mini.sh  # one cell at a time, both cores: 82 min on a 2-core Xeon
+#   scripts/reproduce_mini.sh                 # one torch thread per cell (the default below)
 #   scripts/reproduce_mini.sh --concurrency 2 # more cells at once on a bigger machine
 #
 # Resumable: killing it and running it again skips the finished cells and continues the others
