@@ -149,8 +149,7 @@ class Trainer:
         from agentrl.rollout.workers import RolloutWorkerGroup
 
         start_ray(self.cfg)
-        if self.learner_device() == "cpu" and self.cfg.learner.num_ranks == 1:
-            warn_unless_flushed()     # the learner runs in this process (the agentrl command flushed it)
+        self.warn_if_local_learner_keeps_denormals()
         self.learner = LearnerGroup(self.cfg, model_dir)
         device = "cuda" if self.learner_device() == "cuda" else "cpu"
         gpus_per_worker = float(self.cfg.rollout.vllm.tensor_parallel_size) if device == "cuda" else 0.0
@@ -158,6 +157,12 @@ class Trainer:
                                           env_url=self.cfg.env.server_url,
                                           dtype=self.cfg.model.dtype if device == "cuda" else "float32",
                                           num_gpus_per_worker=gpus_per_worker, hidden_layer=rollout_hidden_layer(self.cfg))
+
+    def warn_if_local_learner_keeps_denormals(self) -> None:
+        """A one-rank CPU learner runs in this process: warn when its floats are not flushed (the
+        agentrl command flushes them; Ray learner ranks flush their own, agentrl.denormals)."""
+        if self.learner_device() == "cpu" and self.cfg.learner.num_ranks == 1:
+            warn_unless_flushed()
 
     def learner_device(self) -> str:
         from agentrl.learner.engine import resolve_device

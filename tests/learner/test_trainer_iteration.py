@@ -87,3 +87,26 @@ def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
     assert metrics["learner/rollout_logprob_gap_max"] >= metrics["learner/rollout_logprob_gap_mean"] > 1.0
     if rows_scored == 3:        # group 1's three rows: the all-failed group 0 is left out before the pass
         assert metrics["learner/trained_row_fraction"] == pytest.approx(3 / 7)
+
+
+def test_trainer_warns_when_its_in_process_cpu_learner_keeps_denormals(tmp_path):
+    """The pytest process keeps IEEE floats (tests/conftest.py), as a user's script does before it
+    calls agentrl.denormals.flush_denormals(): a one-rank CPU learner, which runs in this process,
+    gets the warning with the fix; Ray learner ranks flush their own threads, so two ranks get none."""
+    import warnings
+
+    cfg = learner_config()
+    cfg.trainer.output_dir = str(tmp_path / "runs")
+    cfg.logging.tensorboard, cfg.logging.progress_bar, cfg.logging.wandb.mode = False, False, "disabled"
+    trainer = Trainer(cfg, "unit")
+    try:
+        assert trainer.learner_device() == "cpu"
+        cfg.learner.num_ranks = 1
+        with pytest.warns(RuntimeWarning, match="flush_denormals"):
+            trainer.warn_if_local_learner_keeps_denormals()
+        cfg.learner.num_ranks = 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            trainer.warn_if_local_learner_keeps_denormals()
+    finally:
+        trainer.tracker.close()
