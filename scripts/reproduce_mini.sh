@@ -2,9 +2,9 @@
 # CPU reproduction in miniature: GRPO, GiGPO, GAGPO and BiPACE x 3 seeds on the tiny TextCraft
 # recipes (sweeps/mini_textcraft.yaml), then the table and the learning curves into docs/results/.
 #
-#   OMP_NUM_THREADS=2 scripts/reproduce_mini.sh  # one cell at a time, both cores: 82 min on a 2-core Xeon
-#   scripts/reproduce_mini.sh                 # one torch thread per cell (the default below)
-#   scripts/reproduce_mini.sh --concurrency 2 # more cells at once on a bigger machine
+#   scripts/reproduce_mini.sh                  # one cell at a time on every core: 82 min on a 2-core Xeon
+#   scripts/reproduce_mini.sh --concurrency 2  # two cells at once, half the cores each
+#   OMP_NUM_THREADS=1 scripts/reproduce_mini.sh  # a thread count of your own wins over the default
 #
 # Resumable: killing it and running it again skips the finished cells and continues the others
 # from their newest checkpoint. The table is written even when some cells failed (they are listed
@@ -14,7 +14,22 @@ cd "$(dirname "$0")/.."
 AGENTRL=${AGENTRL:-agentrl}
 OUT=${OUT:-runs/sweeps/mini_textcraft}
 RESULTS=${RESULTS:-docs/results}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+# Torch threads per cell, unless set: the cores this process may use, divided among the cells that
+# run at once (`--concurrency N`; the sweep file's default is one cell at a time on CPU).
+concurrency=1 previous=""
+for arg in "$@"; do
+    [[ $previous == --concurrency ]] && concurrency=$arg
+    [[ $arg == --concurrency=* ]] && concurrency=${arg#--concurrency=}
+    previous=$arg
+done
+if ! [[ $concurrency =~ ^[1-9][0-9]*$ ]]; then
+    echo "reproduce_mini.sh: --concurrency must be a whole number >= 1, got '$concurrency'" >&2
+    exit 2
+fi
+threads=$(( $(nproc) / concurrency ))
+(( threads < 1 )) && threads=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 
 $AGENTRL sweep sweep=sweeps/mini_textcraft.yaml out="$OUT" "$@"
 status=$?
