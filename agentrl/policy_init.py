@@ -34,13 +34,19 @@ def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
     return build
 
 
-def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None) -> str:
-    """Return the model directory (or hub name) the learner and the rollout workers start from."""
+def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None,
+                    status: Callable[[str], None] | None = None) -> str:
+    """Return the model directory (or hub name) the learner and the rollout workers start from.
+
+    ``log`` receives the SFT metrics (for the metrics file), ``status`` progress lines (for stderr)."""
     if cfg.trainer.init_checkpoint:
         if not is_model_dir(cfg.trainer.init_checkpoint):
             raise UsageError(f"trainer.init_checkpoint={cfg.trainer.init_checkpoint!r} is not a model directory "
                              "(no config.json); pass a directory written by `agentrl export` or `agentrl sft`")
         return cfg.trainer.init_checkpoint
+    if status and cfg.model.name_or_path == TINY and not is_model_dir(run.path / "init_model"):
+        status(f"init: a tokenizer trained on the expert's text of {cfg.tokenizer.corpus_tasks} {cfg.env.name} tasks, "
+               "then the tiny model from its config")
     model = prepare_initial_model(cfg.model, cfg.tokenizer, run.path / "init_model", corpus=corpus_builder(cfg),
                                   seed=cfg.trainer.seed)
     sft = cfg.trainer.sft.enabled
@@ -48,11 +54,12 @@ def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None)
         sft_dir = run.path / "sft_model"
         if is_model_dir(sft_dir):
             return str(sft_dir)
-        return warm_start(cfg, model, sft_dir, log)
+        return warm_start(cfg, model, sft_dir, log, status)
     return model
 
 
-def warm_start(cfg: Config, model: str, sft_dir: Path, log: Callable[[dict], None] | None) -> str:
+def warm_start(cfg: Config, model: str, sft_dir: Path, log: Callable[[dict], None] | None,
+               status: Callable[[str], None] | None = None) -> str:
     """SFT ``model`` into ``sft_dir``, or copy the same warm start from ``trainer.sft.cache_dir``."""
     from agentrl import sft_cache
     from agentrl.sft import run_sft
@@ -60,10 +67,12 @@ def warm_start(cfg: Config, model: str, sft_dir: Path, log: Callable[[dict], Non
     entry = sft_cache.cache_entry(cfg)
     if entry is not None and is_model_dir(entry):
         sft_cache.copy_model_dir(entry, sft_dir)
+        if status:
+            status(f"sft: warm start reused from trainer.sft.cache_dir ({entry})")
         if log:
             log({"sft/cache_hit": 1.0})
         return str(sft_dir)
-    summary = run_sft(cfg, model, sft_dir, log=log)
+    summary = run_sft(cfg, model, sft_dir, log=log, status=status)
     if log:
         log({f"sft/summary/{k}": v for k, v in summary.items()})
     if entry is not None:

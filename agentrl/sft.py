@@ -26,6 +26,7 @@ from agentrl.models.tokenizer import IM_END
 from agentrl.rollout.prompts import render_chat
 
 IGNORE_INDEX = -100
+STATUS_EVERY_S = 60.0   # a progress line at most this often during a training phase (and at its end)
 
 
 @dataclass
@@ -111,17 +112,29 @@ class _Phase:
     minutes: float
 
 
+def _progress_line(name: str, step: int, total_steps: int, loss_ema: float, elapsed_s: float) -> str:
+    left = elapsed_s / step * (total_steps - step) if step else 0.0
+    return (f"sft {name}: step {step}/{total_steps} ({100 * step / total_steps:.0f} %), loss {loss_ema:.3f}, "
+            f"{elapsed_s / 60:.1f} min, ~{left / 60:.1f} min left")
+
+
 def _train_phase(model, examples: list[SftExample], *, epochs: float, lr: float, batch_size: int,
                  max_minutes: float, pad_id: int, rng: random.Random, log: Callable[[dict], None] | None,
+                 status: Callable[[str], None] | None = None, name: str = "expert epochs",
                  step_offset: int = 0) -> _Phase:
     """``epochs`` passes over ``examples`` with AdamW, a 5 % warmup and a cosine decay to 0 (by steps, or
     by ``max_minutes`` when that ends first, so the decay still reaches its end inside the bound).
-    Logged steps count on from ``step_offset`` (a later phase continues the first one's numbering)."""
+    Logged steps count on from ``step_offset`` (a later phase continues the first one's numbering);
+    ``status`` gets a progress line named ``name`` every ``STATUS_EVERY_S`` and at the phase's end."""
     steps_per_epoch = math.ceil(len(examples) / batch_size)
     total_steps = max(1, int(steps_per_epoch * epochs))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, total_steps // 20)
     start, step, loss_ema = time.time(), 0, None
+    if status:
+        status(f"sft {name}: {len(examples)} examples x {epochs:g} epochs = {total_steps} steps of {batch_size}"
+               + (f", at most {max_minutes:g} min" if max_minutes > 0 else ""))
+    last_status = start
     budget_s = max_minutes * 60 if max_minutes > 0 else math.inf
 
     def progress() -> float:
@@ -145,6 +158,12 @@ def _train_phase(model, examples: list[SftExample], *, epochs: float, lr: float,
             if log and (step % 20 == 0 or step == total_steps):
                 log({"sft/step": step_offset + step, "sft/loss": loss, "sft/loss_ema": loss_ema, "sft/lr": step_lr,
                      "sft/elapsed_s": time.time() - start})
+            if status and time.time() - last_status >= STATUS_EVERY_S and step < total_steps:
+                last_status = time.time()
+                status(_progress_line(name, step, total_steps, loss_ema, last_status - start))
+    if status and step:
+        status(_progress_line(name, step, total_steps, loss_ema, time.time() - start)
+               + (" (stopped by trainer.sft.max_minutes)" if step < total_steps else ""))
     return _Phase(step, total_steps, loss_ema, (time.time() - start) / 60)
 
 
@@ -153,7 +172,8 @@ def _save(model, tokenizer, directory: Path) -> None:
     tokenizer.save_pretrained(str(directory))
 
 
-def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None] | None = None) -> dict:
+def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None] | None = None,
+            status: Callable[[str], None] | None = None) -> dict:
     """Fine-tune ``model_dir`` on expert demonstrations; write the result to ``out_dir``.
 
     The phases, in order (docs/quickstart.md, SFT step):
@@ -166,8 +186,10 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
        round's labelled states.
 
     Returns a summary (examples, optimizer steps, final loss, minutes). ``log`` receives one dict
-    per logged step (the trainer writes them to its metrics file).
+    per logged step (the trainer writes them to its metrics file); ``status`` one progress line per
+    phase start, per minute of training and per phase end (the trainer prints them on stderr).
     """
+    say = status or (lambda text: None)
     sft, env = cfg.trainer.sft, cfg.env
     torch.manual_seed(cfg.trainer.seed)
     rng = random.Random(cfg.trainer.seed)
@@ -176,6 +198,7 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     model.train()
     split = demonstration_split(cfg)
     tasks = training_tasks(env.name, env.kwargs, split, sft.tasks, cfg.trainer.seed)
+    say(f"sft: the {env.name} expert plays {len(tasks)} {split} tasks for demonstrations")
     demos = list(expert_episodes(env.name, demonstration_env_kwargs(cfg), split, tasks,
                                  history_length=env.history_length,
                                  think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
@@ -187,8 +210,11 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {split!r}")
     episodes, recovery_examples = sum(d.step == 0 for d in demos), sum(d.recovery for d in demos)
     dagger_summary = {}
+    say(f"sft: {episodes} winning expert episodes, {len(demos)} steps ({recovery_examples} recovery steps)")
     if sft.dagger_tasks > 0 and sft.dagger_rounds == 0:
+        say(f"sft DAgger pass: the starting model plays {sft.dagger_tasks} tasks, the expert labels its states")
         dagger, minutes = _dagger_demonstrations(cfg, model_dir, split)
+        say(f"sft DAgger pass: {len(dagger.demonstrations)} labelled states in {minutes:.1f} min")
         demos += dagger.demonstrations
         dagger_summary = {**dagger.summary(), "dagger_minutes": minutes}
 
@@ -197,8 +223,8 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                 for d in repeat_by_action(played, sft.action_repeats, env.name)]
 
     examples = encoded(demos)
-    common = dict(pad_id=tokenizer.pad_token_id, rng=rng, log=log, batch_size=sft.batch_size,
-                 max_minutes=sft.max_minutes)
+    common = dict(pad_id=tokenizer.pad_token_id, rng=rng, log=log, status=status, batch_size=sft.batch_size,
+                  max_minutes=sft.max_minutes)
     phases = [_train_phase(model, examples, epochs=sft.epochs, lr=sft.lr, **common)]
     summary = {"examples": len(examples), "episodes": episodes, "recovery_examples": recovery_examples,
                "repeated_examples": len(examples) - len(demos), **dagger_summary,
@@ -207,11 +233,13 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
     tmp = out_dir.with_name(out_dir.name + ".partial")
     for round_ in range(1, sft.dagger_rounds + 1):
         _save(model, tokenizer, tmp)   # the model the round's pass plays
+        say(f"sft DAgger round {round_}: the model plays {sft.dagger_tasks} tasks, the expert labels its states")
         dagger, minutes = _dagger_demonstrations(cfg, str(tmp), split)
+        say(f"sft DAgger round {round_}: {len(dagger.demonstrations)} labelled states in {minutes:.1f} min")
         demos += dagger.demonstrations
         examples = encoded(demos)
         phases.append(_train_phase(model, examples, epochs=sft.dagger_epochs, lr=sft.dagger_lr, **common,
-                                   step_offset=sum(p.steps for p in phases)))
+                                   name=f"DAgger round {round_}", step_offset=sum(p.steps for p in phases)))
         summary.update({f"{k}_round{round_}": v for k, v in dagger.summary().items()})
         summary.update({f"dagger_minutes_round{round_}": minutes, f"examples_round{round_}": len(examples),
                         f"steps_round{round_}": phases[-1].steps,
@@ -225,4 +253,7 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
 
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
+    loss = summary["final_loss_ema"]
+    say(f"sft: done, {summary['steps']} steps in {summary['minutes']:.1f} min"
+        + (f", loss {loss:.3f}" if loss is not None else "") + f" -> {out_dir}")
     return summary

@@ -142,7 +142,8 @@ class Trainer:
         """The starting policy as a model directory (tiny: trained tokenizer, model, SFT warm start)."""
         from agentrl.policy_init import starting_policy
 
-        return starting_policy(self.cfg, self.run, log=lambda m: self.tracker.log(m, step=0))
+        return starting_policy(self.cfg, self.run, log=lambda m: self.tracker.log(m, step=0),
+                               status=self.tracker.status)
 
     def build(self, model_dir: str) -> None:
         from agentrl.learner.group import LearnerGroup

@@ -42,11 +42,12 @@ def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_label
         return real(cfg, model_dir, split)
 
     monkeypatch.setattr(sft_module, "_dagger_demonstrations", spy)
-    logged = []
+    monkeypatch.setattr(sft_module, "STATUS_EVERY_S", 0.0)   # a progress line after every step
+    logged, lines = [], []
     cfg = _config(tmp_path, alfworld_search_games, "trainer.run_name=rounds", "trainer.sft.dagger_tasks=2",
                   "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_epochs=1", "trainer.sft.dagger_lr=5e-4")
     run = RunDirectory.create(cfg, None)
-    final = Path(starting_policy(cfg, run, log=logged.append))
+    final = Path(starting_policy(cfg, run, log=logged.append, status=lines.append))
     summary = json.loads((final / "sft_summary.json").read_text())
 
     # the expert epochs alone, from the same initial model and seed
@@ -68,6 +69,30 @@ def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_label
     steps = [row["sft/step"] for row in logged if "sft/step" in row]
     assert steps == sorted(steps) and steps[-1] == summary["steps"], "a round's steps continue the numbering"
     assert not (run.path / "sft_model.partial").exists()
+    _assert_progress_lines(lines, summary, plain, final)
+
+
+def _assert_progress_lines(lines: list[str], summary: dict, plain: dict, final: Path) -> None:
+    """What `agentrl train` prints on stderr while it makes the warm start, phase by phase."""
+    assert lines[0] == ("init: a tokenizer trained on the expert's text of 3 alfworld tasks, "
+                        "then the tiny model from its config")
+    assert lines[1] == "sft: the alfworld expert plays 3 train tasks for demonstrations"
+    assert lines[2].startswith("sft: ") and "winning expert episodes" in lines[2]
+    expert_steps, round_steps = plain["steps"], summary["steps_round1"]
+    assert lines[3] == f"sft expert epochs: {summary['examples']} examples x 2 epochs = {expert_steps} steps of 4"
+
+    def steps_of(phase: str) -> list[int]:
+        prefix = f"sft {phase}: step "
+        return [int(line[len(prefix):].split("/")[0]) for line in lines if line.startswith(prefix)]
+
+    assert steps_of("expert epochs") == list(range(1, expert_steps + 1)), "one line per step here, the last once"
+    played = lines.index("sft DAgger round 1: the model plays 2 tasks, the expert labels its states")
+    assert lines[played - 1].startswith(f"sft expert epochs: step {expert_steps}/{expert_steps} (100 %), loss ")
+    assert lines[played + 1].startswith("sft DAgger round 1: ") and "labelled states in" in lines[played + 1]
+    assert lines[played + 2] == (f"sft DAgger round 1: {summary['examples_round1']} examples x 1 epochs = "
+                                 f"{round_steps} steps of 4")
+    assert steps_of("DAgger round 1") == list(range(1, round_steps + 1))
+    assert lines[-1].startswith(f"sft: done, {summary['steps']} steps in ") and lines[-1].endswith(f" -> {final}")
 
 
 def test_rounds_without_tasks_stop_before_any_work(tmp_path, alfworld_search_games):

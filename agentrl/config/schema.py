@@ -322,7 +322,7 @@ class WandbConfig:
 @dataclass
 class LoggingConfig:
     tensorboard: bool = F(True, "write TensorBoard event files")
-    progress_bar: bool = F(True, "show a progress bar with iteration, success rate and phase times")
+    progress_bar: bool = F(True, "progress lines on stderr: the warm start's SFT phases and steps, then iteration, success rate and phase times")
     wandb: WandbConfig = F(help="Weights & Biases tracking", factory=WandbConfig)
 
 

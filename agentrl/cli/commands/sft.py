@@ -27,7 +27,8 @@ def run(args) -> int:
     try:
         start = cfg.trainer.init_checkpoint or prepare_initial_model(
             cfg.model, cfg.tokenizer, run_dir.path / "init_model", corpus=corpus_builder(cfg), seed=cfg.trainer.seed)
-        summary = run_sft(cfg, start, run_dir.path / "sft_model", log=lambda m: tracker.log(m, step=0))
+        summary = run_sft(cfg, start, run_dir.path / "sft_model", log=lambda m: tracker.log(m, step=0),
+                          status=tracker.status)
     finally:
         tracker.close()
     print(json.dumps({"sft_model": str(run_dir.path / "sft_model"), **summary}, indent=2))
