@@ -34,6 +34,16 @@ def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
     return build
 
 
+def initial_model(cfg: Config, run, status: Callable[[str], None] | None = None) -> str:
+    """The policy before any training, in ``<run>/init_model`` where it is made here (tiny: a tokenizer
+    trained on the expert's text, then the model from its config)."""
+    if status and cfg.model.name_or_path == TINY and not is_model_dir(run.path / "init_model"):
+        status(f"init: a tokenizer trained on the expert's text of {cfg.tokenizer.corpus_tasks} {cfg.env.name} tasks, "
+               "then the tiny model from its config")
+    return prepare_initial_model(cfg.model, cfg.tokenizer, run.path / "init_model", corpus=corpus_builder(cfg),
+                                 seed=cfg.trainer.seed)
+
+
 def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None,
                     status: Callable[[str], None] | None = None) -> str:
     """Return the model directory (or hub name) the learner and the rollout workers start from.
@@ -44,11 +54,7 @@ def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None,
             raise UsageError(f"trainer.init_checkpoint={cfg.trainer.init_checkpoint!r} is not a model directory "
                              "(no config.json); pass a directory written by `agentrl export` or `agentrl sft`")
         return cfg.trainer.init_checkpoint
-    if status and cfg.model.name_or_path == TINY and not is_model_dir(run.path / "init_model"):
-        status(f"init: a tokenizer trained on the expert's text of {cfg.tokenizer.corpus_tasks} {cfg.env.name} tasks, "
-               "then the tiny model from its config")
-    model = prepare_initial_model(cfg.model, cfg.tokenizer, run.path / "init_model", corpus=corpus_builder(cfg),
-                                  seed=cfg.trainer.seed)
+    model = initial_model(cfg, run, status)
     sft = cfg.trainer.sft.enabled
     if sft == "yes" or (sft == "auto" and cfg.model.name_or_path == TINY):
         sft_dir = run.path / "sft_model"

@@ -20,7 +20,8 @@ def test_agentrl_sft_prints_each_phase_and_the_result_on_stderr(tmp_path, capsys
                  "trainer.run_name=warm"]) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out[captured.out.index("{"):])
-    lines = [line for line in captured.err.splitlines() if line.startswith("sft")]
+    lines = [line for line in captured.err.splitlines() if line.startswith(("init:", "sft"))]
+    assert lines.pop(0).startswith("init: a tokenizer trained on the expert's text of 8 textcraft tasks")
     assert lines[0] == "sft: the textcraft expert plays 4 pool_depth2 tasks for demonstrations"
     assert lines[2] == f"sft expert epochs: {summary['examples']} examples x 1 epochs = {summary['steps']} steps of 8"
     assert lines[3].startswith(f"sft expert epochs: step {summary['steps']}/{summary['steps']} (100 %), loss ")

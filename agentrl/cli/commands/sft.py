@@ -16,8 +16,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     recipe, cfg = resolve(args, DEFAULT_TRAIN_RECIPE)
-    from agentrl.models import prepare_initial_model
-    from agentrl.policy_init import corpus_builder
+    from agentrl.policy_init import initial_model
     from agentrl.run_state import RunDirectory
     from agentrl.sft import run_sft
     from agentrl.tracking import Tracker
@@ -25,8 +24,7 @@ def run(args) -> int:
     run_dir = RunDirectory.create(cfg, recipe)
     tracker = Tracker(run_dir.path, cfg.logging, run_dir.name)
     try:
-        start = cfg.trainer.init_checkpoint or prepare_initial_model(
-            cfg.model, cfg.tokenizer, run_dir.path / "init_model", corpus=corpus_builder(cfg), seed=cfg.trainer.seed)
+        start = cfg.trainer.init_checkpoint or initial_model(cfg, run_dir, tracker.status)
         summary = run_sft(cfg, start, run_dir.path / "sft_model", log=lambda m: tracker.log(m, step=0),
                           status=tracker.status)
     finally:
