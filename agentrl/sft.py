@@ -112,8 +112,9 @@ class _Phase:
     minutes: float
 
 
-def _progress_line(name: str, step: int, total_steps: int, loss_ema: float, elapsed_s: float) -> str:
-    left = elapsed_s / step * (total_steps - step) if step else 0.0
+def _progress_line(name: str, step: int, total_steps: int, loss_ema: float, elapsed_s: float,
+                   budget_s: float) -> str:
+    left = min(elapsed_s / step * (total_steps - step) if step else 0.0, max(0.0, budget_s - elapsed_s))
     return (f"sft {name}: step {step}/{total_steps} ({100 * step / total_steps:.0f} %), loss {loss_ema:.3f}, "
             f"{elapsed_s / 60:.1f} min, ~{left / 60:.1f} min left")
 
@@ -160,9 +161,9 @@ def _train_phase(model, examples: list[SftExample], *, epochs: float, lr: float,
                      "sft/elapsed_s": time.time() - start})
             if status and time.time() - last_status >= STATUS_EVERY_S and step < total_steps:
                 last_status = time.time()
-                status(_progress_line(name, step, total_steps, loss_ema, last_status - start))
+                status(_progress_line(name, step, total_steps, loss_ema, last_status - start, budget_s))
     if status and step:
-        status(_progress_line(name, step, total_steps, loss_ema, time.time() - start)
+        status(_progress_line(name, step, total_steps, loss_ema, time.time() - start, budget_s)
                + (" (stopped by trainer.sft.max_minutes)" if step < total_steps else ""))
     return _Phase(step, total_steps, loss_ema, (time.time() - start) / 60)
 

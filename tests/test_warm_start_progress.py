@@ -52,3 +52,42 @@ def test_the_trainer_prints_the_warm_start_progress_unless_told_not_to(tmp_path,
     assert [line for line in second if line.startswith("sft")] == \
         [f"sft: warm start reused from trainer.sft.cache_dir ({tmp_path / 'cache'}/"
          + next(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()) + ")"]
+
+
+class _Clock:
+    """time.time() for agentrl.sft that moves 10 s per call."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def time(self) -> float:
+        self.now += 10.0
+        return self.now
+
+
+def test_progress_lines_come_once_a_minute_and_say_when_the_time_bound_stopped_the_phase(monkeypatch):
+    import random
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import agentrl.sft as sft_module
+    from agentrl.sft import IGNORE_INDEX, SftExample
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=32, tie_word_embeddings=True))
+    examples = [SftExample(list(range(1, 7)), [IGNORE_INDEX] * 4 + [5, 6])] * 40
+    monkeypatch.setattr(sft_module, "time", _Clock())
+    lines = []
+    phase = sft_module._train_phase(model, examples, epochs=1, lr=1e-3, batch_size=1, max_minutes=3, pad_id=0,
+                                    rng=random.Random(0), log=None, status=lines.append)
+    assert phase.planned_steps == 40 and 0 < phase.steps < 40, "the 3-minute bound ends the phase early"
+    assert lines[0] == "sft expert epochs: 40 examples x 1 epochs = 40 steps of 1, at most 3 min"
+    progress = lines[1:-1]
+    assert progress and len(progress) < phase.steps, "not one line per step: one per minute of the clock"
+    assert all(line.startswith("sft expert epochs: step ") for line in progress)
+    left = [float(line.split("~")[1].split(" min left")[0]) for line in progress]
+    assert all(0 < t <= 3 for t in left), "the time left counts the bound, not only the steps"
+    assert lines[-1].startswith(f"sft expert epochs: step {phase.steps}/40 (")
+    assert lines[-1].endswith("(stopped by trainer.sft.max_minutes)")
