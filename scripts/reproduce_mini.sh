@@ -30,6 +30,7 @@ fi
 threads=$(( $(nproc) / concurrency ))
 (( threads < 1 )) && threads=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
+echo "reproduce_mini.sh: OMP_NUM_THREADS=$OMP_NUM_THREADS for each of the $concurrency cell(s) at once" >&2
 
 $AGENTRL sweep sweep=sweeps/mini_textcraft.yaml out="$OUT" "$@"
 status=$?
