@@ -198,10 +198,14 @@ class Trainer:
                 self.validate(iteration)
             last = iteration == cfg.trainer.iterations
             if last or (cfg.trainer.save_every and iteration % cfg.trainer.save_every == 0):
+                t = time.perf_counter()
                 state = saved_state(state, iteration, estimator_state, schedule)
                 self.run.save(state, self.learner)
+                self.tracker.status(f"checkpoint after iteration {iteration} written in {time.perf_counter() - t:.1f}s")
         final = self.run.path / "final_model"
+        t = time.perf_counter()
         self.learner.export_hf(str(final))
+        self.tracker.status(f"final model exported in {time.perf_counter() - t:.1f}s: {final}")
         return {"run_dir": str(self.run.path), "final_model": str(final)}
 
     def iteration(self, iteration: int, schedule, estimator_state: BiGPOState) -> dict[str, float]:

@@ -76,6 +76,7 @@ def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
     # log-probs of its tokens match the learner's (both fp32 on CPU)
     assert iteration_2["learner/rollout_logprob_gap_max"] < 1e-3
     assert "iter 2/2" in out  # progress line
+    assert "checkpoint after iteration 2 written in" in out and "final model exported in" in out
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "wandb").is_dir()
     # the weights changed, and the final policy loads as a Hugging Face model
