@@ -73,6 +73,16 @@ def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
     return info
 
 
+def destroy_process_group() -> None:
+    """Tear this process's process group down at the end of a run: NCCL frees its communicators
+    (torch warns at exit when a group was never destroyed), and a later learner in the same
+    process creates a fresh group."""
+    import deepspeed.comm
+
+    if dist.is_initialized():
+        deepspeed.comm.destroy_process_group()
+
+
 def _device_of_group() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 

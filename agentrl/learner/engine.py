@@ -433,6 +433,10 @@ class Learner:
         distributed.barrier()
         return target if self.ranks.is_main else None
 
+    def close(self) -> None:
+        """The end of this learner: its process group goes (the engine cannot train after this)."""
+        distributed.destroy_process_group()
+
     # ------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, directory: str) -> Path:
         """Model, optimizer, scheduler, RNG and counters; written to ``<dir>.partial`` then renamed."""

@@ -31,6 +31,7 @@ from agentrl.ray_start import init_local_ray
 from agentrl.rollout.weight_transfer import PackedWeights
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
+SHUTDOWN_TIMEOUT_S = 60.0
 
 
 class LearnerRank:
@@ -142,9 +143,18 @@ class LearnerGroup:
             self._all("export_hf", directory)
 
     def shutdown(self) -> None:
-        """Stop the rank actors (the in-process learner is left to garbage collection)."""
+        """Close every rank's process group, then stop the rank actors. Runs after failures too, so
+        a rank that cannot be reached any more is only killed."""
+        if self.local is not None:
+            self.local.close()
+            self.local = None
+            return
         import ray
 
+        try:
+            ray.get([a.call.remote("close") for a in self.actors], timeout=SHUTDOWN_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - a dead or hung rank must not hide the error that stopped the run
+            pass
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []

@@ -1,7 +1,11 @@
-"""Two learner ranks through Ray give the same numbers as one rank in-process."""
+"""Two learner ranks through Ray give the same numbers as one rank in-process; shutting a group
+down closes its process group."""
+
+import math
 
 import pytest
 import torch
+import torch.distributed as dist
 
 ray = pytest.importorskip("ray")
 
@@ -48,3 +52,20 @@ def test_two_ranks_through_ray_equal_one_rank(stage, model_dir, ray_cluster):
         assert all(torch.equal(packed[name], w2[name]) for name in w2)
     finally:
         pair.shutdown()
+
+
+def test_shutdown_closes_the_process_group_and_a_later_learner_starts_a_new_one(model_dir):
+    batch = step_batch(6, seed=5)
+    first = group(model_dir, 1, 2)
+    assert dist.is_initialized()
+    first.shutdown()
+    # the group is gone (NCCL frees its communicators; torch no longer warns at exit)
+    assert first.local is None and not dist.is_initialized()
+    second = group(model_dir, 1, 2)
+    try:
+        filled = second.compute_logprobs(batch)
+        assert torch.isfinite(filled.old_logprobs).all()
+        assert math.isfinite(second.update(filled)["loss"])
+    finally:
+        second.shutdown()
+    assert not dist.is_initialized()
