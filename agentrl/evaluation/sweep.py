@@ -50,6 +50,10 @@ from agentrl.evaluation.episodes import write_json_atomically
 
 STATES = ("pending", "running", "done", "failed")
 ERROR_TAIL_LINES = 30
+# a cell is a run of its own: it must not join the rendezvous of the process that started the sweep
+# (a Slurm or torchrun job's MASTER_PORT, or the port an in-process learner took), else every cell's
+# learner binds the same port and all but one fail with EADDRINUSE
+RENDEZVOUS_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass
@@ -210,6 +214,18 @@ def _tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def cell_environment(base: dict[str, str] | os._Environ, spec_env: dict[str, str], gpus: str | None
+                     ) -> dict[str, str]:
+    """The environment of one cell's ``agentrl train``: the sweep's, less any inherited rendezvous,
+    plus the spec's ``env`` and the cell's GPUs."""
+    env = {k: v for k, v in base.items() if k not in RENDEZVOUS_VARIABLES}
+    env.update(spec_env)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    return env
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -306,9 +322,7 @@ class SweepRunner:
             self.slots.put(slot)
 
     def _subprocess(self, cell: Cell, args: list[str], gpus: str | None) -> int:
-        env = {**os.environ, **self.spec.env, "RAY_USAGE_STATS_ENABLED": "0"}
-        if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpus
+        env = cell_environment(os.environ, self.spec.env, gpus)
         log_path = Path(self.manifest.cells[cell.name]["log"])
         with open(log_path, "a") as log_file:
             log_file.write(f"\n$ agentrl {' '.join(args)}\n")

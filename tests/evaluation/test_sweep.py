@@ -5,13 +5,14 @@ import csv
 import json
 import os
 import signal
+import socket
 import time
 
 import pytest
 import yaml
 
 from agentrl.errors import UsageError
-from agentrl.evaluation.sweep import load_sweep
+from agentrl.evaluation.sweep import cell_environment, load_sweep
 from conftest import TINY, popen_cli, run_cli
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,20 @@ def manifest(tmp_path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {"cells": {}}
 
 
-def test_sweep_killed_and_restarted_skips_finished_cells_and_records_failures(tmp_path, tiny_policy):
+@pytest.fixture
+def taken_rendezvous_port(monkeypatch):
+    """The sweep starts inside a job whose rendezvous port is taken (a launcher's, or an in-process
+    learner's): the cells must not inherit it, or their learners fail to bind it."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(held.getsockname()[1]))
+        yield
+
+
+def test_sweep_killed_and_restarted_skips_finished_cells_and_records_failures(tmp_path, tiny_policy,
+                                                                              taken_rendezvous_port):
     path = sweep_file(tmp_path, tiny_policy)
     first_cell = "textcraft_grpo_tiny-ok-seed0"
     proc = popen_cli(["sweep", f"sweep={path}"])
@@ -82,6 +96,16 @@ def test_sweep_killed_and_restarted_skips_finished_cells_and_records_failures(tm
     assert any(r[3] == "published" for r in rows)
     plot = tmp_path / "out" / "plots" / "curve_textcraft_tiny.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cell_environment_drops_the_rendezvous_and_keeps_the_rest():
+    base = {"PATH": "/bin", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "8",
+            "LOCAL_RANK": "3", "OMP_NUM_THREADS": "2"}
+    env = cell_environment(base, {"OMP_NUM_THREADS": "1", "HF_HOME": "/data"}, gpus="2,3")
+    assert env == {"PATH": "/bin", "OMP_NUM_THREADS": "1", "HF_HOME": "/data", "RAY_USAGE_STATS_ENABLED": "0",
+                   "CUDA_VISIBLE_DEVICES": "2,3"}
+    assert "CUDA_VISIBLE_DEVICES" not in cell_environment(base, {}, gpus=None)
+    assert base["MASTER_PORT"] == "29500"  # the sweep's own environment is left as it was
 
 
 def test_sweep_file_errors_are_usage_errors(tmp_path):
