@@ -10,7 +10,7 @@
 #   SMOKE_BACKEND=torch bash scripts/gpu_smoke.sh              # the torch rollout backend instead of vLLM
 #   bash scripts/gpu_smoke.sh env.group_size=8                 # extra key=value overrides go last
 #   SMOKE_BACKEND=torch RECIPE=textcraft_bipace_qwen7b bash scripts/gpu_smoke.sh model.lora_rank=64 \
-#       model.lora_alpha=128 learner.zero_stage=3                # the 7B shape on one GPU: LoRA, 45 GB
+#       model.lora_alpha=128 learner.zero_stage=2                # the 7B shape on one GPU: LoRA, 44 GB
 #
 # Needs a venv with a CUDA torch, vllm (unless SMOKE_BACKEND=torch) and, for ALFWorld recipes, alfworld:
 #   AGENTRL_TORCH=torch AGENTRL_EXTRAS=dev,alfworld,vllm bash scripts/setup.sh

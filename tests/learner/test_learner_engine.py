@@ -1,12 +1,13 @@
 """The DeepSpeed learner on a tiny random Qwen2 model (CPU, gloo, one process)."""
 
 import math
+import warnings
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.learner.engine import Learner
+from agentrl.learner.engine import Learner, warn_if_zero3_on_one_rank
 from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches, sequence_lengths
 from agentrl.rollout.weight_transfer import unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
@@ -38,7 +39,17 @@ def zero2(model_dir):
 
 @pytest.fixture(scope="module")
 def zero3(model_dir):
-    return make_learner(model_dir, zero_stage=3)
+    with pytest.warns(RuntimeWarning, match="learner.zero_stage=2"):  # one rank: ZeRO-3 partitions nothing
+        return make_learner(model_dir, zero_stage=3)
+
+
+def test_zero3_warning_only_where_it_partitions_nothing():
+    with pytest.warns(RuntimeWarning, match="one learner rank"):
+        warn_if_zero3_on_one_rank(3, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_zero3_on_one_rank(3, 2)
+        warn_if_zero3_on_one_rank(2, 1)
 
 
 def reference_pass(hf_model, batch, temperature=1.0):
