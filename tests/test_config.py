@@ -120,3 +120,14 @@ def test_bare_yes_no_values_are_read_as_the_words_not_booleans():
     assert load_config(None, ["trainer.sft.enabled=yes"]).trainer.sft.enabled == "yes"
     with pytest.raises(UsageError, match="`rollout.backend`"):
         load_config(None, ["rollout.backend=true"])
+
+
+@pytest.mark.parametrize("key, bad, good", [("learner.rollout_is_cap", ["0.5", "-1"], ["0", "1", "2.0"]),
+                                            ("learner.dual_clip_c", ["0.5", "1", "-3"], ["0", "3.0"])])
+def test_settings_that_are_off_at_zero_refuse_values_below_their_bound(key, bad, good):
+    for value in bad:
+        with pytest.raises(UsageError, match=rf"`{key}` = .* expected float 0 \(off\) or"):
+            load_config(None, [f"{key}={value}"])
+    for value in good:
+        section, name = key.split(".")
+        assert getattr(getattr(load_config(None, [f"{key}={value}"]), section), name) == float(value)

@@ -145,6 +145,10 @@ def _describe(meta: dict[str, Any], typ: Any) -> str:
         parts.append(f"> {meta['gt']}")
     if "max" in meta:
         parts.append(f"<= {meta['max']}")
+    if "off_or_min" in meta:
+        parts.append(f"0 (off) or >= {meta['off_or_min']}")
+    if "off_or_gt" in meta:
+        parts.append(f"0 (off) or > {meta['off_or_gt']}")
     return " ".join(parts)
 
 
@@ -186,6 +190,9 @@ def _coerce(path: str, value: Any, typ: Any, meta: dict[str, Any]) -> Any:
     if "gt" in meta and value <= meta["gt"]:
         raise bad
     if "max" in meta and value > meta["max"]:
+        raise bad
+    if value != 0 and ("off_or_min" in meta and value < meta["off_or_min"]
+                       or "off_or_gt" in meta and value <= meta["off_or_gt"]):
         raise bad
     return value
 

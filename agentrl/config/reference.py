@@ -22,7 +22,9 @@ def _accepted(f: dataclasses.Field, typ: object) -> str:
         return " \\| ".join(f"`{c}`" for c in meta["choices"])
     name = getattr(typ, "__name__", str(typ)).replace("typing.", "")
     bounds = [f">= {meta['min']}" if "min" in meta else "", f"> {meta['gt']}" if "gt" in meta else "",
-              f"<= {meta['max']}" if "max" in meta else ""]
+              f"<= {meta['max']}" if "max" in meta else "",
+              f"0 (off) or >= {meta['off_or_min']}" if "off_or_min" in meta else "",
+              f"0 (off) or > {meta['off_or_gt']}" if "off_or_gt" in meta else ""]
     return " ".join([name] + [b for b in bounds if b])
 
 

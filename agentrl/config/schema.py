@@ -225,7 +225,10 @@ class LearnerConfig:
     micro_batch_size: int = F(32, "step records per forward/backward on one rank", min=1)
     clip_ratio_low: float = F(0.2, "PPO clip below 1", min=0, max=1)
     clip_ratio_high: float = F(0.2, "PPO clip above 1", min=0)
-    dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages; 0 disables", min=0)
+    dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages; 0 disables", off_or_gt=1)
+    rollout_is_cap: float = F(0.0, "truncated importance sampling for the rollout backend's numerics: weight each "
+                              "sampled token's policy-gradient term by min(pi_old / pi_rollout, cap), e.g. 2 with "
+                              "bf16 vLLM; 0 disables", off_or_min=1)
     loss_agg_mode: str = F("token-mean", "how token losses are averaged",
                            choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
     kl_coef: float = F(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)

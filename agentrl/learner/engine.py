@@ -29,10 +29,11 @@ from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
+from agentrl.rollout.guidance import guided_rows
 from agentrl.rollout.weight_transfer import BUCKET_BYTES, PackedWeights, pack_weights
 
 CHECKPOINT_TAG = "state"
-RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean")
+RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean", "rollout_is_weight", "rollout_is_capped")
 
 
 def resolve_device(name: str) -> str:
@@ -93,6 +94,13 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def sampled_logprobs(batch: StepBatch) -> torch.Tensor:
+    """The rollout backend's log-probs of the response tokens, with the expert's (guided) rows given
+    their ``old_logprobs``: nothing sampled those, so their importance weight is 1."""
+    guided = guided_rows(batch).unsqueeze(1)
+    return torch.where(guided, batch.old_logprobs.float(), batch.rollout_logprobs.float())
 
 
 def warn_if_zero3_on_one_rank(zero_stage: int, world_size: int) -> None:
@@ -349,10 +357,11 @@ class Learner:
         with nullcontext() if settings.entropy_coef > 0 else torch.no_grad():
             entropy = gather_response(entropy_from_logits(logits), packed.to(logits.device))
         device = logprobs.device
-        out = policy_loss(logprobs, micro.old_logprobs.to(device), micro.advantages.to(device),
-                          micro.response_mask.to(device), settings,
+        old = micro.old_logprobs.to(device)
+        out = policy_loss(logprobs, old, micro.advantages.to(device), micro.response_mask.to(device), settings,
                           ref_logprobs=micro.ref_logprobs.to(device) if micro.ref_logprobs is not None else None,
-                          entropy=entropy, denominator=denominator)
+                          entropy=entropy, denominator=denominator,
+                          rollout_logprobs=sampled_logprobs(micro).to(device) if settings.rollout_is_cap > 0 else None)
         if out.finite:
             # DeepSpeed averages gradients over ranks; the loss is already a share of the global mean
             self.engine.backward(out.loss * self.world_size)

@@ -44,6 +44,7 @@ class LossSettings:
     kl_type: str = "low_var_kl"
     entropy_coef: float = 0.0
     action_level_ratio: bool = False
+    rollout_is_cap: float = 0.0
 
     def __post_init__(self) -> None:
         if self.loss_agg_mode not in AGG_MODES:
@@ -52,13 +53,15 @@ class LossSettings:
             raise ValueError(f"kl_type must be one of {KL_TYPES}, got {self.kl_type!r}")
         if self.dual_clip_c != 0 and self.dual_clip_c <= 1:
             raise ValueError(f"dual_clip_c must be 0 (off) or greater than 1, got {self.dual_clip_c}")
+        if self.rollout_is_cap != 0 and self.rollout_is_cap < 1:
+            raise ValueError(f"rollout_is_cap must be 0 (off) or at least 1, got {self.rollout_is_cap}")
 
     @classmethod
     def from_config(cls, learner_cfg, action_level_ratio: bool = False) -> "LossSettings":
         return cls(clip_ratio_low=learner_cfg.clip_ratio_low, clip_ratio_high=learner_cfg.clip_ratio_high,
                    dual_clip_c=learner_cfg.dual_clip_c, loss_agg_mode=learner_cfg.loss_agg_mode,
                    kl_coef=learner_cfg.kl_coef, kl_type=learner_cfg.kl_type, entropy_coef=learner_cfg.entropy_coef,
-                   action_level_ratio=action_level_ratio)
+                   action_level_ratio=action_level_ratio, rollout_is_cap=learner_cfg.rollout_is_cap)
 
 
 @dataclasses.dataclass
@@ -158,6 +161,21 @@ def ppo_clip_token_losses(log_ratio: torch.Tensor, advantages: torch.Tensor, cli
     return loss, was_clipped, dual_clipped
 
 
+def rollout_is_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, cap: float
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance-sampling weights [N, R] for the rollout/learner mismatch, and where the cap bit.
+
+    The rollout backend sampled from its own numerics (bf16 vLLM, say), so the tokens come from
+    ``pi_rollout``, not ``pi_old``. Each sampled token's policy-gradient term is weighted by
+    ``min(pi_old / pi_rollout, cap)`` (Yao et al., 2025, "truncated importance sampling"; verl's
+    ``tis_imp_ratio_cap``). The weight is a constant (no gradient); the log-ratio is clamped to
+    [-20, 20] before the exponential.
+    """
+    ratio = torch.exp((old_logprobs - rollout_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).detach()
+    capped = ratio > cap
+    return ratio.clamp(max=cap), capped
+
+
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs (verl's ``kl_penalty``).
 
@@ -203,11 +221,16 @@ def inputs_finite(response_mask: torch.Tensor, advantages: torch.Tensor, *logpro
 # ------------------------------------------------------------------------------------ full loss
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                 response_mask: torch.Tensor, settings: LossSettings, ref_logprobs: Optional[torch.Tensor] = None,
-                entropy: Optional[torch.Tensor] = None, denominator: Optional[float] = None) -> LossOutput:
+                entropy: Optional[torch.Tensor] = None, denominator: Optional[float] = None,
+                rollout_logprobs: Optional[torch.Tensor] = None) -> LossOutput:
     """``pg_loss + kl_coef * kl_loss - entropy_coef * entropy`` and its metrics.
 
     ``entropy`` is the per-token entropy [N, R] (:func:`entropy_from_logits`); it is needed when
     ``entropy_coef > 0`` and reported when given. ``ref_logprobs`` is needed when ``kl_coef > 0``.
+    ``rollout_logprobs`` (what the rollout backend reported for the sampled tokens) is needed when
+    ``rollout_is_cap > 0``: the per-token policy-gradient losses are then weighted by
+    :func:`rollout_is_weights` (tokens nothing sampled, such as an expert's, should carry their
+    ``old_logprobs`` here, which gives them weight 1).
     Non-finite log-probs or advantages on trained tokens give ``finite=False`` and a zero loss
     with no graph: the caller must skip the step.
     """
@@ -215,6 +238,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         raise ValueError("kl_coef > 0 needs ref_logprobs (the frozen reference model's log-probs)")
     if settings.entropy_coef > 0 and entropy is None:
         raise ValueError("entropy_coef > 0 needs the per-token entropy (entropy_from_logits)")
+    if settings.rollout_is_cap > 0 and rollout_logprobs is None:
+        raise ValueError("rollout_is_cap > 0 needs rollout_logprobs (the rollout backend's log-probs)")
     mask = response_mask.to(logprobs.dtype)
     num_tokens = float(mask.sum())
     if not inputs_finite(response_mask, advantages, logprobs, old_logprobs,
@@ -225,6 +250,12 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     log_ratio = importance_log_ratio(logprobs, old_logprobs, mask, settings.action_level_ratio)
     token_loss, was_clipped, dual_clipped = ppo_clip_token_losses(
         log_ratio, advantages, settings.clip_ratio_low, settings.clip_ratio_high, settings.dual_clip_c)
+    is_weight, is_capped = torch.ones_like(token_loss), torch.zeros_like(token_loss)
+    if settings.rollout_is_cap > 0:
+        is_weight, capped = rollout_is_weights(old_logprobs, rollout_logprobs.to(old_logprobs.dtype),
+                                               settings.rollout_is_cap)
+        is_weight, is_capped = is_weight.to(token_loss.dtype), capped.to(token_loss.dtype)
+        token_loss = token_loss * is_weight
     pg_loss = aggregate(token_loss, mask, mode, denominator)
     loss = pg_loss
     metrics: dict[str, float] = {}
@@ -240,6 +271,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
             ratio_mean=float(ratio.mean()) if ratio.numel() else 1.0,
             ratio_max=float(ratio.max()) if ratio.numel() else 1.0,
             ratio_min=float(ratio.min()) if ratio.numel() else 1.0,
+            rollout_is_weight=float(masked_mean(is_weight, mask)),
+            rollout_is_capped=float(masked_mean(is_capped, mask)),
         )
     if ref_logprobs is not None:
         kl_loss = aggregate(kl_penalty(logprobs, ref_logprobs.to(logprobs.dtype), settings.kl_type), mask, mode,

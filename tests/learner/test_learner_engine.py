@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.learner.engine import Learner, warn_if_zero3_on_one_rank
+from agentrl.learner.engine import Learner, sampled_logprobs, warn_if_zero3_on_one_rank
 from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches, sequence_lengths
+from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
 from agentrl.rollout.weight_transfer import unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
 
@@ -186,6 +187,23 @@ def test_update_changes_weights_and_lowers_the_loss_on_a_fixed_batch(zero2):
     for key in ("loss", "pg_loss", "kl_ref", "entropy", "pg_clipfrac", "approx_kl", "grad_norm", "tokens_per_s"):
         assert math.isfinite(metrics[key]), key
     assert metrics["optimizer_steps"] == 1 and metrics["skipped_steps"] == 0
+
+
+def test_rollout_is_cap_weights_sampled_tokens_and_leaves_expert_rows_at_one(model_dir):
+    learner = make_learner(model_dir, rollout_is_cap=2.0)
+    batch = learner.compute_logprobs(step_batch(6, seed=9))
+    traj_id = batch.traj_id.clone()
+    traj_id[0] = GUIDED_TRAJ_ID_BASE          # an expert's row: its rollout log-probs are 0
+    rollout = (batch.old_logprobs - math.log(3.0)).masked_fill(torch.arange(6).unsqueeze(1) == 0, 0.0)
+    batch = batch.with_columns(traj_id=traj_id, rollout_logprobs=rollout)
+    assert torch.equal(sampled_logprobs(batch)[0], batch.old_logprobs[0])
+    metrics = learner.update(batch)
+    # pi_old / pi_rollout = 3 on every sampled token (capped at 2), 1 on the expert's
+    trained = batch.response_mask > 0
+    expert_share = float(trained[0].sum() / trained.sum())
+    assert metrics["rollout_is_capped"] == pytest.approx(1 - expert_share, abs=1e-6)
+    assert metrics["rollout_is_weight"] == pytest.approx(2 * (1 - expert_share) + expert_share, abs=1e-6)
+    assert math.isfinite(metrics["loss"]) and metrics["optimizer_steps"] == 1
 
 
 def test_non_finite_advantages_skip_the_optimizer_step(zero2):

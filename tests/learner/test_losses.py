@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from agentrl.estimators import action_level_ratio
 from agentrl.learner.losses import (LossSettings, aggregate, entropy_from_logits, importance_log_ratio,
                                     inputs_finite, kl_penalty, loss_denominator, policy_loss, ppo_clip_token_losses,
-                                    token_logprobs)
+                                    rollout_is_weights, token_logprobs)
 
 
 def log(x):
@@ -172,6 +172,43 @@ def test_policy_loss_hand_computed_with_kl_and_entropy():
     assert out.num_tokens == 3.0
     out.loss.backward()
     assert torch.isfinite(logp.grad).all()
+
+
+# ------------------------------------------------------------------ truncated importance sampling
+def test_rollout_is_weights_hand_computed():
+    old = torch.tensor([[0.0, log(0.3), log(0.6), log(0.1)]])
+    rollout = torch.tensor([[0.0, log(0.2), log(0.2), log(0.5)]])
+    weights, capped = rollout_is_weights(old, rollout, cap=2.0)
+    # pi_old / pi_rollout = 1, 1.5, 3 (capped at 2), 0.2
+    assert torch.allclose(weights, torch.tensor([[1.0, 1.5, 2.0, 0.2]]), atol=1e-6)
+    assert capped.tolist() == [[False, False, True, False]]
+
+
+def test_rollout_is_weights_scale_each_tokens_policy_gradient():
+    old = torch.log(torch.tensor([[0.3, 0.6, 0.5]]))
+    rollout = torch.log(torch.tensor([[0.2, 0.2, 0.5]]))          # weights 1.5, 2 (3 capped), 1
+    mask = torch.ones(1, 3)
+    advantages = torch.tensor([2.0])
+    settings = LossSettings(entropy_coef=0.0, kl_coef=0.0, rollout_is_cap=2.0)
+    logprobs = old.clone().requires_grad_(True)                   # ratio 1: loss -A per token
+    out = policy_loss(logprobs, old, advantages, mask, settings, rollout_logprobs=rollout)
+    assert float(out.loss) == pytest.approx(-2.0 * (1.5 + 2.0 + 1.0) / 3)
+    out.loss.backward()
+    # d/dlogp of -A w r / 3 at r = 1: -A w / 3, the weight a constant
+    assert torch.allclose(logprobs.grad, torch.tensor([[-1.0, -4.0 / 3, -2.0 / 3]]), atol=1e-6)
+    assert out.metrics["rollout_is_weight"] == pytest.approx(1.5) and out.metrics["rollout_is_capped"] == pytest.approx(1 / 3)
+    # off: the rollout's log-probs are not used, the weight reported is 1
+    plain = policy_loss(old, old, advantages, mask, LossSettings(entropy_coef=0.0, kl_coef=0.0), rollout_logprobs=rollout)
+    assert float(plain.loss) == pytest.approx(-2.0)
+    assert plain.metrics["rollout_is_weight"] == 1.0 and plain.metrics["rollout_is_capped"] == 0.0
+
+
+def test_rollout_is_cap_settings_are_checked():
+    with pytest.raises(ValueError, match="rollout_is_cap"):
+        LossSettings(rollout_is_cap=0.5)
+    mask, old = torch.ones(1, 2), torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="rollout_logprobs"):
+        policy_loss(old, old, torch.tensor([1.0]), mask, LossSettings(kl_coef=0.0, rollout_is_cap=2.0))
 
 
 def test_policy_loss_requires_ref_when_kl_is_on():
