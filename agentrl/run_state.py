@@ -16,6 +16,7 @@ atomically after that, so a kill at any moment leaves the previous checkpoint us
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import os
@@ -110,25 +111,78 @@ class RunDirectory:
         return state
 
     def save(self, state: TrainerState, learner) -> Path:
-        """Write a complete checkpoint for ``state.iteration`` and point ``latest`` at it."""
+        """Write a complete checkpoint for ``state.iteration`` and point ``latest`` at it.
+
+        When the disk cannot hold it (judged from the newest checkpoint's size before writing, or an
+        ENOSPC/EDQUOT while writing), the checkpoints that the keep-count would prune after this
+        one are pruned first; if that is not enough, nothing is pointed at the torn write, it is
+        removed, and :class:`CheckpointNotWritten` says why: ``latest`` still names the previous
+        complete checkpoint, so the run loses nothing it had saved.
+        """
         final = self.checkpoint_dir(state.iteration)
         partial = final.with_name(final.name + ".partial")
         if partial.exists():
             shutil.rmtree(partial)
-        partial.mkdir(parents=True)
-        learner.save_checkpoint(str(partial / "learner"))
-        (partial / "trainer_state.json").write_text(state.to_json())
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self._make_room(final.name)
+        try:
+            partial.mkdir(parents=True)
+            learner.save_checkpoint(str(partial / "learner"))
+            (partial / "trainer_state.json").write_text(state.to_json())
+        except Exception as err:  # noqa: BLE001 - a Ray rank's error wraps the OSError
+            cause = getattr(err, "cause", None) or err
+            if not (isinstance(cause, OSError) and cause.errno in DISK_FULL_ERRNOS):
+                raise
+            shutil.rmtree(partial, ignore_errors=True)
+            raise CheckpointNotWritten(self._not_written(final.name, f"the disk filled while writing it ({cause.strerror})"
+                                                         )) from None
         if final.exists():
             shutil.rmtree(final)
         os.replace(partial, final)
         _write_atomically(self.checkpoints / "latest", final.name)
-        self._prune()
+        self._prune(self.cfg.trainer.keep_checkpoints)
         return final
 
-    def _prune(self) -> None:
-        complete = sorted(p for p in self.checkpoints.glob("iter_*") if not p.name.endswith(".partial"))
-        for old in complete[: -self.cfg.trainer.keep_checkpoints]:
+    def complete_checkpoints(self) -> list[Path]:
+        return sorted(p for p in self.checkpoints.glob("iter_*") if not p.name.endswith(".partial"))
+
+    def _make_room(self, name: str) -> None:
+        """Before writing: if the newest checkpoint's size does not fit in the free space, prune now
+        what the keep-count would prune after the write (never the newest); if still too little, stop."""
+        complete = self.complete_checkpoints()
+        if not complete:
+            return
+        need = directory_bytes(complete[-1]) * CHECKPOINT_SIZE_MARGIN
+        if shutil.disk_usage(self.checkpoints).free >= need:
+            return
+        self._prune(max(1, self.cfg.trainer.keep_checkpoints - 1))
+        free = shutil.disk_usage(self.checkpoints).free
+        if free < need:
+            raise CheckpointNotWritten(self._not_written(
+                name, f"the last one took {need / CHECKPOINT_SIZE_MARGIN / 1e9:.1f} GB and {free / 1e9:.1f} GB are free"))
+
+    def _not_written(self, name: str, why: str) -> str:
+        latest = self.checkpoints / "latest"
+        kept = latest.read_text().strip() if latest.is_file() else None
+        return (f"checkpoint {name} not written: {why} at {self.checkpoints}; "
+                + (f"{kept} is intact and a resumed run continues from it" if kept else "no earlier checkpoint exists")
+                + "; free disk space, lower trainer.keep_checkpoints or move trainer.output_dir")
+
+    def _prune(self, keep: int) -> None:
+        for old in self.complete_checkpoints()[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+class CheckpointNotWritten(RuntimeError):
+    """A checkpoint could not be written for lack of disk space; the message says what is intact."""
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+CHECKPOINT_SIZE_MARGIN = 1.05   # the next checkpoint is about the size of the last one
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 class TaskSchedule:

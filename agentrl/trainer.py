@@ -19,8 +19,10 @@ run-directory bookkeeping (checkpoints, resume) is in :mod:`agentrl.run_state`.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from agentrl.config import Config, config_to_dict
 from agentrl.curriculum import PrioritizedSchedule
@@ -30,7 +32,7 @@ from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
 from agentrl.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.guidance import guided_rows, sampled_rows_of_guided_groups
-from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
+from agentrl.run_state import CheckpointNotWritten, RunDirectory, TaskSchedule, TrainerState
 from agentrl.tracking import Tracker
 
 
@@ -198,15 +200,26 @@ class Trainer:
                 self.validate(iteration)
             last = iteration == cfg.trainer.iterations
             if last or (cfg.trainer.save_every and iteration % cfg.trainer.save_every == 0):
-                t = time.perf_counter()
                 state = saved_state(state, iteration, estimator_state, schedule)
-                self.run.save(state, self.learner)
-                self.tracker.status(f"checkpoint after iteration {iteration} written in {time.perf_counter() - t:.1f}s")
+                self.checkpoint(state)
         final = self.run.path / "final_model"
         t = time.perf_counter()
         self.learner.export_hf(str(final))
         self.tracker.status(f"final model exported in {time.perf_counter() - t:.1f}s: {final}")
         return {"run_dir": str(self.run.path), "final_model": str(final)}
+
+    def checkpoint(self, state: TrainerState) -> Optional[Path]:
+        """Write the checkpoint of ``state.iteration``. On a full disk, say so and go on training:
+        ``latest`` still names the last complete checkpoint, and stopping would lose more."""
+        t = time.perf_counter()
+        try:
+            where = self.run.save(state, self.learner)
+        except CheckpointNotWritten as err:
+            self.tracker.log({"checkpoint/not_written": 1.0}, state.iteration)
+            print(f"agentrl: warning: {err}", file=sys.stderr, flush=True)
+            return None
+        self.tracker.status(f"checkpoint after iteration {state.iteration} written in {time.perf_counter() - t:.1f}s")
+        return where
 
     def iteration(self, iteration: int, schedule, estimator_state: BiGPOState) -> dict[str, float]:
         cfg, times = self.cfg, {}
@@ -270,10 +283,11 @@ class Trainer:
                 self.run.checkpoints.joinpath("latest").read_text().strip() == self.run.checkpoint_dir(done).name:
             where = self.run.checkpoint_dir(done)
         elif done > 0:
-            where = self.run.save(saved_state(state, done, estimator_state, schedule), self.learner)
+            where = self.checkpoint(saved_state(state, done, estimator_state, schedule))
         else:
             where = None
-        saved = f"checkpoint {where} holds iteration {done}" if where else "no iteration had finished"
+        saved = (f"checkpoint {where} holds iteration {done}" if where else
+                 "no iteration had finished" if done == 0 else f"iteration {done}'s checkpoint could not be written")
         cause = getattr(err, "cause", None)  # a Ray task error wraps the worker's exception
         text = str(cause if isinstance(cause, EnvFailureLimitError) else err).strip()
         message = text.splitlines()[-1] if text else type(err).__name__
