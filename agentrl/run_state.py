@@ -126,7 +126,7 @@ class RunDirectory:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         self._make_room(final.name)
         try:
-            partial.mkdir(parents=True)
+            partial.mkdir()
             learner.save_checkpoint(str(partial / "learner"))
             (partial / "trainer_state.json").write_text(state.to_json())
         except Exception as err:  # noqa: BLE001 - a Ray rank's error wraps the OSError

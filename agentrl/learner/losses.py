@@ -250,12 +250,13 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     log_ratio = importance_log_ratio(logprobs, old_logprobs, mask, settings.action_level_ratio)
     token_loss, was_clipped, dual_clipped = ppo_clip_token_losses(
         log_ratio, advantages, settings.clip_ratio_low, settings.clip_ratio_high, settings.dual_clip_c)
-    is_weight, is_capped = torch.ones_like(token_loss), torch.zeros_like(token_loss)
+    is_metrics = {"rollout_is_weight": 1.0, "rollout_is_capped": 0.0}     # off: every weight is 1
     if settings.rollout_is_cap > 0:
         is_weight, capped = rollout_is_weights(old_logprobs, rollout_logprobs.to(old_logprobs.dtype),
                                                settings.rollout_is_cap)
-        is_weight, is_capped = is_weight.to(token_loss.dtype), capped.to(token_loss.dtype)
-        token_loss = token_loss * is_weight
+        token_loss = token_loss * is_weight.to(token_loss.dtype)
+        is_metrics = {"rollout_is_weight": float(masked_mean(is_weight.to(mask.dtype), mask)),
+                      "rollout_is_capped": float(masked_mean(capped.to(mask.dtype), mask))}
     pg_loss = aggregate(token_loss, mask, mode, denominator)
     loss = pg_loss
     metrics: dict[str, float] = {}
@@ -271,8 +272,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
             ratio_mean=float(ratio.mean()) if ratio.numel() else 1.0,
             ratio_max=float(ratio.max()) if ratio.numel() else 1.0,
             ratio_min=float(ratio.min()) if ratio.numel() else 1.0,
-            rollout_is_weight=float(masked_mean(is_weight, mask)),
-            rollout_is_capped=float(masked_mean(is_capped, mask)),
+            **is_metrics,
         )
     if ref_logprobs is not None:
         kl_loss = aggregate(kl_penalty(logprobs, ref_logprobs.to(logprobs.dtype), settings.kl_type), mask, mode,
