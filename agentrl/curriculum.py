@@ -29,7 +29,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from agentrl.envs.base import TaskRef
-from agentrl.run_state import TaskSchedule
+from agentrl.task_schedule import TaskSchedule
 
 MASTERED, UNSOLVED, LEARNING = "mastered", "unsolved", "learning"
 

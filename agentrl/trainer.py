@@ -32,7 +32,8 @@ from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
 from agentrl.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.guidance import guided_rows, sampled_rows_of_guided_groups
-from agentrl.run_state import CheckpointNotWritten, RunDirectory, TaskSchedule, TrainerState
+from agentrl.run_state import CheckpointNotWritten, RunDirectory, TrainerState
+from agentrl.task_schedule import TaskSchedule
 from agentrl.tracking import Tracker
 
 
@@ -142,7 +143,7 @@ class Trainer:
     # ----- setup ---------------------------------------------------------------------------------
     def prepare_policy(self) -> str:
         """The starting policy as a model directory (tiny: trained tokenizer, model, SFT warm start)."""
-        from agentrl.policy_init import starting_policy
+        from agentrl.warmstart.starting_policy import starting_policy
 
         return starting_policy(self.cfg, self.run, log=lambda m: self.tracker.log(m, step=0),
                                status=self.tracker.status)

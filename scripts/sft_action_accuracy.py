@@ -22,14 +22,14 @@ import sys
 from pathlib import Path
 
 from agentrl.cli.commands.eval import _config
-from agentrl.data.demonstrations import (demonstration_action, demonstration_env_kwargs, expert_episodes,
-                                         repeat_key)
 from agentrl.evaluation.runner import resolve_policy
 from agentrl.models import load_tokenizer, stop_token_ids
 from agentrl.rollout.backends import make_backend
 from agentrl.rollout.engine import encode_prompts, make_sampling_params
 from agentrl.rollout.parsing import parse_response
-from agentrl.run_state import TaskSchedule
+from agentrl.task_schedule import TaskSchedule
+from agentrl.warmstart.demonstrations import (demonstration_action, demonstration_env_kwargs, expert_episodes,
+                                              repeat_key)
 
 OPTIONS = ("checkpoint", "split", "tasks", "batch")
 

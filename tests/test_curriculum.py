@@ -9,7 +9,8 @@ from agentrl.config.schema import CurriculumConfig
 from agentrl.curriculum import MASTERED, UNSOLVED, PrioritizedSchedule, split_goals
 from agentrl.envs import TaskRef, make_env
 from agentrl.rollout.engine import EpisodeResult
-from agentrl.run_state import TaskSchedule, TrainerState
+from agentrl.run_state import TrainerState
+from agentrl.task_schedule import TaskSchedule
 from agentrl.trainer import saved_state, task_schedule
 
 

@@ -1,4 +1,4 @@
-"""agentrl.native: C kernels compiled on first use into a cache, with a clear fallback."""
+"""agentrl.estimators.native: C kernels compiled on first use into a cache, with a clear fallback."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl import native
-from agentrl.estimators import bigpo_native
+from agentrl.estimators import bigpo_native, native
 from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
 from agentrl.estimators.bigpo_native import NATIVE_SOURCE
 
@@ -52,7 +51,7 @@ def test_a_damaged_cache_entry_is_built_again(fresh):
     import subprocess
     import sys
 
-    load = ("from agentrl import native; from agentrl.estimators.bigpo_native import NATIVE_SOURCE; "
+    load = ("from agentrl.estimators import native; from agentrl.estimators.bigpo_native import NATIVE_SOURCE; "
             "native.load_kernel(NATIVE_SOURCE); print(native.native_status(NATIVE_SOURCE))")
     env = {**os.environ, "AGENTRL_CACHE_DIR": str(fresh / "cache")}
     first = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=120)

@@ -10,9 +10,9 @@ import torch
 
 from agentrl.config import load_config
 from agentrl.models import load_model
-from agentrl.policy_init import starting_policy
 from agentrl.run_state import RunDirectory
-from agentrl.sft_cache import cache_entry, cache_key
+from agentrl.warmstart.cache import cache_entry, cache_key
+from agentrl.warmstart.starting_policy import starting_policy
 
 SMALL_SFT = ["trainer.sft.tasks=8", "trainer.sft.epochs=1", "trainer.sft.batch_size=8", "trainer.sft.max_minutes=0",
              "tokenizer.corpus_tasks=20", "model.tiny.hidden_size=32", "model.tiny.num_layers=1",
@@ -96,7 +96,7 @@ def test_action_accuracy_script_scores_every_expert_step_by_kind(tmp_path, capsy
     import importlib.util
     from pathlib import Path
 
-    from agentrl.data.demonstrations import expert_episodes
+    from agentrl.warmstart.demonstrations import expert_episodes
     from agentrl.rollout.parsing import parse_response
 
     cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=acc")

@@ -11,9 +11,9 @@ import torch
 from agentrl.config import load_config
 from agentrl.errors import UsageError
 from agentrl.models import load_model
-from agentrl.policy_init import starting_policy
 from agentrl.run_state import RunDirectory
-from agentrl.sft_cache import cache_key
+from agentrl.warmstart.cache import cache_key
+from agentrl.warmstart.starting_policy import starting_policy
 
 SMALL = ["trainer.sft.tasks=3", "trainer.sft.epochs=2", "trainer.sft.batch_size=4", "trainer.sft.max_minutes=0",
          "trainer.sft.demonstration_workers=1", "tokenizer.corpus_tasks=3", "env.max_steps=8",
@@ -32,7 +32,7 @@ def _weights(model_dir) -> dict[str, torch.Tensor]:
 
 def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_labels(tmp_path, alfworld_search_games,
                                                                                   monkeypatch):
-    import agentrl.sft as sft_module
+    import agentrl.warmstart.sft as sft_module
 
     played = []
     real = sft_module._dagger_demonstrations

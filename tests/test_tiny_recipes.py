@@ -60,7 +60,7 @@ def test_tiny_textcraft_recipes_validate_on_tasks_they_do_not_train_on(estimator
 def test_sft_loss_matches_the_full_model_loss():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from agentrl.sft import IGNORE_INDEX, SftExample, _collate, sft_loss
+    from agentrl.warmstart.sft import IGNORE_INDEX, SftExample, _collate, sft_loss
 
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -73,7 +73,7 @@ def test_sft_loss_matches_the_full_model_loss():
 
 
 def test_expert_episodes_are_played_once_per_process_and_settings(monkeypatch):
-    from agentrl.data import demonstrations
+    from agentrl.warmstart import demonstrations
 
     resets = []
     make_env = demonstrations.make_env
@@ -104,7 +104,7 @@ def test_expert_episodes_are_played_once_per_process_and_settings(monkeypatch):
 
 
 def test_demonstrations_played_in_worker_processes_equal_the_serial_ones(monkeypatch):
-    from agentrl.data import demonstrations
+    from agentrl.warmstart import demonstrations
 
     settings = dict(history_length=2, think=False, style="compact", show_admissible=False, recovery_variants=1)
     indices = [5, 0, 3, 1, 4, 2, 0]
@@ -121,7 +121,7 @@ def test_demonstrations_played_in_worker_processes_equal_the_serial_ones(monkeyp
 
 
 NO_GUARD_SCRIPT = """
-from agentrl.data.demonstrations import expert_episodes
+from agentrl.warmstart.demonstrations import expert_episodes
 demos = list(expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0, 1, 2, 3], history_length=2,
                              think=False, style="compact", workers=2))
 print("demonstrations", len(demos))
@@ -157,7 +157,7 @@ def test_worker_processes_started_from_a_script_without_a_main_guard_name_the_gu
 def test_a_spawned_worker_that_is_killed_raises_a_usage_error_naming_what_it_played():
     import os
 
-    from agentrl.data.spawned import spawned_pool
+    from agentrl.warmstart.process_pool import spawned_pool
     from agentrl.errors import UsageError
 
     with pytest.raises(UsageError, match=r"playing the DAgger pass ended abruptly.*fewer workers"):
@@ -166,7 +166,7 @@ def test_a_spawned_worker_that_is_killed_raises_a_usage_error_naming_what_it_pla
 
 
 def test_action_repeats_balance_rare_decisions_and_reject_bad_settings():
-    from agentrl.data import demonstrations
+    from agentrl.warmstart import demonstrations
     from agentrl.errors import UsageError
 
     settings = dict(history_length=2, think=False, style="compact", show_admissible=False)
@@ -197,7 +197,7 @@ def test_action_repeats_balance_rare_decisions_and_reject_bad_settings():
 
 
 def test_overshoot_points_take_the_longest_runs_first():
-    from agentrl.data.demonstrations import overshoot_points
+    from agentrl.warmstart.demonstrations import overshoot_points
 
     plan = ["get 9 a", "craft 1 b using 3 a", "craft 1 b using 3 a", "craft 1 b using 3 a", "get 1 c",
             "craft 1 d using 1 c", "craft 1 goal using 3 b, 1 d"]
@@ -207,7 +207,7 @@ def test_overshoot_points_take_the_longest_runs_first():
 
 
 def test_recovery_variants_train_only_the_steps_after_the_overshoot():
-    from agentrl.data import demonstrations
+    from agentrl.warmstart import demonstrations
 
     settings = dict(history_length=2, think=False, style="compact", show_admissible=False)
     plain = list(demonstrations.expert_episodes("textcraft", {"max_steps": 12}, "pool_depth2", [0], **settings))
@@ -232,9 +232,9 @@ def test_recovery_variants_train_only_the_steps_after_the_overshoot():
 def test_sft_split_chooses_the_demonstrations_and_tokenizer_corpus(tmp_path):
     """trainer.sft.split overrides env.train_split for SFT and the tokenizer corpus (not for RL); a
     split the env lacks is a usage error naming the key that set it."""
-    from agentrl.data.demonstrations import corpus_texts, demonstration_split
+    from agentrl.warmstart.demonstrations import corpus_texts, demonstration_split
     from agentrl.errors import UsageError
-    from agentrl.policy_init import corpus_builder
+    from agentrl.warmstart.starting_policy import corpus_builder
 
     def cfg(*extra):
         return load_config("textcraft_grpo_tiny", ["tokenizer.corpus_tasks=3", f"trainer.output_dir={tmp_path}",

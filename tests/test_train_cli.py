@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 
 from agentrl.config import load_config
 from agentrl.models import prepare_initial_model
-from agentrl.policy_init import corpus_builder
 from agentrl.tracking import read_metrics
+from agentrl.warmstart.starting_policy import corpus_builder
 
 pytestmark = pytest.mark.slow
 

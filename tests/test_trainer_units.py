@@ -7,7 +7,8 @@ import pytest
 from agentrl.config import load_config
 from agentrl.errors import UsageError
 from agentrl.estimators import PARAMS
-from agentrl.run_state import RunDirectory, TaskSchedule, TrainerState
+from agentrl.run_state import RunDirectory, TrainerState
+from agentrl.task_schedule import TaskSchedule
 from agentrl.trainer import estimator_params, guided_advantages, rollout_logprob_gap, rows_to_train
 
 # estimator parameters deliberately left at their defaults (not exposed in the config)

@@ -55,7 +55,7 @@ def test_the_trainer_prints_the_warm_start_progress_unless_told_not_to(tmp_path,
 
 
 class _Clock:
-    """time.time() for agentrl.sft that moves 10 s per call."""
+    """time.time() for agentrl.warmstart.sft that moves 10 s per call."""
 
     def __init__(self):
         self.now = 0.0
@@ -71,8 +71,8 @@ def test_progress_lines_come_once_a_minute_and_say_when_the_time_bound_stopped_t
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    import agentrl.sft as sft_module
-    from agentrl.sft import IGNORE_INDEX, SftExample
+    import agentrl.warmstart.sft as sft_module
+    from agentrl.warmstart.sft import IGNORE_INDEX, SftExample
 
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

@@ -77,7 +77,7 @@ def workload(args):
 
 def _build_model(cfg, seed: int, out_dir: str):
     from agentrl.models import build_tiny_model, train_tokenizer
-    from agentrl.policy_init import corpus_builder
+    from agentrl.warmstart.starting_policy import corpus_builder
 
     tokenizer = train_tokenizer(corpus_builder(cfg)(), cfg.tokenizer.vocab_size, cfg.tokenizer.train_kind)
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=seed).eval()

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl import native
+from agentrl.estimators import native
 
 NATIVE_SOURCE = Path(__file__).with_name("bigpo_block.c")
 BF16_ROUNDOFF = 2.0 ** -8

@@ -116,7 +116,7 @@ def evaluate(cfg: Config, model_dir: Path, out_dir: Path, *, split: str, seeds: 
     """Evaluate ``model_dir`` on ``split`` once per seed; writes ``episodes.jsonl`` and
     ``summary.json`` under ``out_dir`` and returns the summary."""
     from agentrl.rollout.validation import eval_tasks
-    from agentrl.run_state import TaskSchedule
+    from agentrl.task_schedule import TaskSchedule
 
     sizes = TaskSchedule.split_sizes(cfg.env)
     if split not in sizes:

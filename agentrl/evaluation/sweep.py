@@ -20,7 +20,7 @@ A sweep file (YAML)::
 One cell is one ``agentrl train`` subprocess (then its ``agentrl eval``, when asked for) with the
 run directory ``<output_dir>/runs/<cell>`` and the log ``<output_dir>/logs/<cell>.log``. Cells share
 SFT warm starts through ``trainer.sft.cache_dir=<output_dir>/sft_cache`` (a cell whose warm start
-settings and seed match an earlier cell's copies it; see ``agentrl.sft_cache``). The
+settings and seed match an earlier cell's copies it; see ``agentrl.warmstart.cache``). The
 manifest ``<output_dir>/manifest.json`` (rewritten atomically at every change) holds each cell's
 state: pending, running, done or failed (with the return code and the tail of its log). Restarting
 the sweep skips done cells and runs the others again; an interrupted training run continues from

@@ -29,7 +29,7 @@ def test_small_workload_matches_reference(label, name, params):
 def test_bench_command_reports_agreement_and_the_clustering_path(capsys):
     import json
 
-    from agentrl import native
+    from agentrl.estimators import native
     from agentrl.cli.main import main
 
     code = main(["bench", "estimators", "--json", "--trajectories", "16", "--groups", "2", "--steps", "12",

@@ -10,8 +10,7 @@ import torch
 
 from agentrl.bench._estimators_reference import reference_clusters
 from agentrl.bench.estimators import make_workload
-from agentrl import native
-from agentrl.estimators import bigpo_clustering, bigpo_native
+from agentrl.estimators import bigpo_clustering, bigpo_native, native
 from agentrl.estimators.bigpo_clustering import DISTANCE_TOLERANCE, greedy_cosine_clusters
 
 EPS = 0.10

@@ -18,7 +18,7 @@ def tiny_policy(tmp_path_factory) -> str:
     """A tiny random TextCraft policy as a Hugging Face directory (tokenizer trained on env text)."""
     from agentrl.config import load_config
     from agentrl.models import prepare_initial_model
-    from agentrl.policy_init import corpus_builder
+    from agentrl.warmstart.starting_policy import corpus_builder
 
     cfg = load_config(RECIPE, TINY)
     out = tmp_path_factory.mktemp("policy") / "init"

@@ -10,7 +10,7 @@ from agentrl.envs import TaskRef
 from agentrl.estimators import BiGPOState
 from agentrl.learner.engine import Learner
 from agentrl.rollout.engine import EpisodeResult, RolloutResult
-from agentrl.run_state import TaskSchedule
+from agentrl.task_schedule import TaskSchedule
 from agentrl.trainer import Trainer
 from tiny_setup import learner_config, write_tiny_model
 

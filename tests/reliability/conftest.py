@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.data.demonstrations import corpus_texts
 from agentrl.models import train_tokenizer
+from agentrl.warmstart.demonstrations import corpus_texts
 
 
 @pytest.fixture(scope="session")

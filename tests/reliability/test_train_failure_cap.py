@@ -14,7 +14,7 @@ import pytest
 
 from agentrl.config import load_config
 from agentrl.models import prepare_initial_model
-from agentrl.policy_init import corpus_builder
+from agentrl.warmstart.starting_policy import corpus_builder
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.data.demonstrations import corpus_texts
 from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
+from agentrl.warmstart.demonstrations import corpus_texts
 from rollout_helpers import TINY
 
 

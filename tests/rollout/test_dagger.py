@@ -1,4 +1,4 @@
-"""DAgger demonstrations (agentrl.data.dagger): the states are the rollout's, the labels the expert's."""
+"""DAgger demonstrations (agentrl.warmstart.dagger): the states are the rollout's, the labels the expert's."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _cfg():
 def test_dagger_labels_every_distinct_state_of_the_greedy_rollout(search_pool, tiny_model_dir, tiny_tokenizer,
                                                                   history):
     """With no history in the prompt, a policy whose actions fail sees one prompt again and again."""
-    from agentrl.data.dagger import policy_demonstrations
+    from agentrl.warmstart.dagger import policy_demonstrations
 
     order = [2, 0, 1]
     result = policy_demonstrations("alfworld", search_pool, "train", order, model_dir=tiny_model_dir,
@@ -74,7 +74,7 @@ def test_dagger_labels_every_distinct_state_of_the_greedy_rollout(search_pool, t
 
 
 def test_dagger_on_an_env_without_a_step_wise_expert_is_an_error(tiny_model_dir):
-    from agentrl.data.dagger import policy_demonstrations
+    from agentrl.warmstart.dagger import policy_demonstrations
 
     from agentrl.errors import UsageError
 

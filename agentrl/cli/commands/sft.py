@@ -16,9 +16,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     recipe, cfg = resolve(args, DEFAULT_TRAIN_RECIPE)
-    from agentrl.policy_init import initial_model
+    from agentrl.warmstart.starting_policy import initial_model
     from agentrl.run_state import RunDirectory
-    from agentrl.sft import run_sft
+    from agentrl.warmstart.sft import run_sft
     from agentrl.tracking import Tracker
 
     run_dir = RunDirectory.create(cfg, recipe)

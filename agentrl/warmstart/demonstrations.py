@@ -30,7 +30,7 @@ class Demonstration:
     task: TaskRef
     step: int
     recovery: bool = False   # a step after an injected extra action (recovery variant)
-    dagger: bool = False     # a state the policy reached, labelled by the expert (agentrl.data.dagger)
+    dagger: bool = False     # a state the policy reached, labelled by the expert (agentrl.warmstart.dagger)
     previous_action: str = ""  # the action taken just before this state ("" at the first step)
 
 
@@ -83,7 +83,7 @@ def _play_in_processes(env_name: str, env_kwargs: dict, split: str, indices: lis
                        show_admissible: bool, recovery_variants: int, workers: int):
     """``(index, demonstrations)`` of every index, played in ``workers`` spawned processes, each
     taking every ``workers``-th index (games of one family are spread evenly)."""
-    from agentrl.data.spawned import spawned_pool
+    from agentrl.warmstart.process_pool import spawned_pool
 
     workers = min(workers, len(indices))
     chunks = [indices[w::workers] for w in range(workers)]
@@ -198,7 +198,7 @@ def demonstration_split(cfg) -> str:
     """The split whose expert episodes SFT and the tokenizer corpus use: ``trainer.sft.split``, or
     ``env.train_split`` when that is unset. A split the environment does not have is a usage error
     naming the key that set it."""
-    from agentrl.run_state import TaskSchedule
+    from agentrl.task_schedule import TaskSchedule
 
     split, key = (cfg.trainer.sft.split, "trainer.sft.split") if cfg.trainer.sft.split else \
         (cfg.env.train_split, "env.train_split")

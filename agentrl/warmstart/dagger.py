@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from agentrl.data.demonstrations import Demonstration
 from agentrl.envs import TaskRef, make_env
 from agentrl.rollout.parsing import LOWERCASE_ENVS, parse_response
 from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
+from agentrl.warmstart.demonstrations import Demonstration
 
 
 @dataclass
@@ -61,7 +61,7 @@ def policy_demonstrations(env_name: str, env_kwargs: dict, split: str, indices: 
     workers = max(1, min(workers, len(indices)))
     if workers == 1:
         return _play_and_label(indices, *args)
-    from agentrl.data.spawned import spawned_pool
+    from agentrl.warmstart.process_pool import spawned_pool
 
     chunks = [indices[w::workers] for w in range(workers)]
     with spawned_pool(workers, "the DAgger pass") as pool:

@@ -39,7 +39,7 @@ def warm_start_settings(cfg: Config) -> dict:
     demonstrations come from (``trainer.sft.split`` or ``env.train_split``), so a run doing RL on
     another split finds the warm start of a run that trained on the demonstration split, and
     keys made before ``trainer.sft.split`` existed stay the same."""
-    from agentrl.data.demonstrations import demonstration_split
+    from agentrl.warmstart.demonstrations import demonstration_split
 
     env = dataclasses.asdict(cfg.env)
     env["train_split"] = demonstration_split(cfg)

@@ -20,7 +20,7 @@ from agentrl.models.loading import TINY
 
 
 def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
-    from agentrl.data.demonstrations import corpus_texts, demonstration_env_kwargs, demonstration_split
+    from agentrl.warmstart.demonstrations import corpus_texts, demonstration_env_kwargs, demonstration_split
 
     def build() -> list[str]:
         return corpus_texts(cfg.env.name, demonstration_env_kwargs(cfg), demonstration_split(cfg),
@@ -67,12 +67,12 @@ def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None,
 def warm_start(cfg: Config, model: str, sft_dir: Path, log: Callable[[dict], None] | None,
                status: Callable[[str], None] | None = None) -> str:
     """SFT ``model`` into ``sft_dir``, or copy the same warm start from ``trainer.sft.cache_dir``."""
-    from agentrl import sft_cache
-    from agentrl.sft import run_sft
+    from agentrl.warmstart import cache
+    from agentrl.warmstart.sft import run_sft
 
-    entry = sft_cache.cache_entry(cfg)
+    entry = cache.cache_entry(cfg)
     if entry is not None and is_model_dir(entry):
-        sft_cache.copy_model_dir(entry, sft_dir)
+        cache.copy_model_dir(entry, sft_dir)
         if status:
             status(f"sft: warm start reused from trainer.sft.cache_dir ({entry})")
         if log:
@@ -82,5 +82,5 @@ def warm_start(cfg: Config, model: str, sft_dir: Path, log: Callable[[dict], Non
     if log:
         log({f"sft/summary/{k}": v for k, v in summary.items()})
     if entry is not None:
-        sft_cache.store(cfg, entry, sft_dir)
+        cache.store(cfg, entry, sft_dir)
     return str(sft_dir)
