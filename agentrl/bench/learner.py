@@ -5,9 +5,9 @@ weights; layers, width and heads from ``model.tiny``, vocabulary ``tokenizer.voc
 trained model directory given by ``--model``, whose weights can run at other speeds) and its
 learner settings (micro- and mini-batch sizes, PPO epochs, ``kl_coef``: a reference pass when it is
 > 0). The rows are synthetic tokens of the given lengths: the learner's cost depends on how many
-rows and tokens there are, much less on which. The defaults are the ALFWorld tiny recipe's iterations in
-round 25 (docs/benchmarks.md): 1,331 rows of ~265 prompt and ~9 response tokens, every row trained
-(no expert guidance, so no row has advantage 0).
+rows and tokens there are, much less on which. The defaults are one iteration of the ALFWorld tiny
+recipe as measured in docs/benchmarks.md ("Learner"): 1,331 rows of ~265 prompt and ~9 response
+tokens, every row trained (no expert guidance, so no row has advantage 0).
 
 For each precision the real :class:`~agentrl.learner.engine.Learner` (DeepSpeed, one rank) is built,
 warmed up on 64 rows, then timed on the whole batch:
