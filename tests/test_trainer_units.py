@@ -1,4 +1,4 @@
-"""The training loop's small parts: config -> estimator parameters, the task schedule, run dirs."""
+"""The training loop's small parts: config -> estimator, the task schedule, run dirs."""
 
 import dataclasses
 
@@ -6,27 +6,33 @@ import pytest
 
 from agentrl.config import load_config
 from agentrl.errors import UsageError
-from agentrl.estimators import PARAMS
+from agentrl.estimators import estimator_class, estimator_from_config, registered_names
 from agentrl.run_state import RunDirectory, TrainerState
 from agentrl.task_schedule import TaskSchedule
-from agentrl.trainer import estimator_params, guided_advantages, rollout_logprob_gap, rows_to_train
-
-# estimator parameters deliberately left at their defaults (not exposed in the config)
-NOT_IN_CONFIG = {"calibration_grid"}
+from agentrl.trainer import guided_advantages, rollout_logprob_gap, rows_to_train
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "rloo", "gigpo", "gagpo", "bipace"])
+@pytest.mark.parametrize("estimator", registered_names())
 def test_config_exposes_every_estimator_parameter(estimator):
-    cfg = load_config("alfworld_gigpo_qwen7b", [f"algorithm.estimator={estimator}", "rollout.invalid_action_penalty=0.3"])
-    params = estimator_params(cfg)
-    names = {f.name for f in dataclasses.fields(PARAMS[estimator])}
-    assert set(params) == names - NOT_IN_CONFIG
-    assert params["invalid_action_penalty"] == 0.3
+    """Every Params field is a config key: shared ones at algorithm.<key>, own ones at algorithm.<name>."""
+    cls = estimator_class(estimator)
+    overrides = [f"algorithm.estimator={estimator}", "algorithm.epsilon=0.001"]
+    own = [f for f in dataclasses.fields(cls.Params) if not f.metadata.get("shared")]
+    for f in own:
+        if f.type in ("bool", bool):
+            overrides.append(f"algorithm.{estimator}.{f.name}={str(not f.default).lower()}")
+    params = estimator_from_config(load_config("alfworld_gigpo_qwen7b", overrides).algorithm).params
+    assert {f.name for f in dataclasses.fields(params)} == {f.name for f in dataclasses.fields(cls.Params)}
+    if "epsilon" in {f.name for f in dataclasses.fields(params)}:
+        assert params.epsilon == 0.001
+    for f in own:
+        if f.type in ("bool", bool):
+            assert getattr(params, f.name) is (not f.default), f.name
 
 
 def test_estimator_params_follow_the_recipe():
-    params = estimator_params(load_config("webshop_bipace_qwen1.5b"))
-    assert (params["eps"], params["mode"], params["gamma"]) == (0.05, "mean_norm", 0.95)
+    params = estimator_from_config(load_config("webshop_bipace_qwen1.5b").algorithm).params
+    assert (params.eps, params.mode, params.gamma) == (0.05, "mean_norm", 0.95)
 
 
 def test_task_schedule_is_deterministic_and_walks_whole_epochs():
@@ -59,7 +65,7 @@ def test_rows_to_train_drops_only_zero_advantage_rows_when_asked():
 
     from agentrl.data import StepBatch
 
-    records = [dict(group_id=i // 2, traj_id=i, step=0, done=True, success=bool(i % 2), reward=float(i % 2),
+    records = [dict(group_id=i // 2, traj_id=i, step=0, done=True, success=bool(i % 2), env_reward=float(i % 2),
                     prompt_ids=[5, 6], response_ids=[7], response_mask=[1.0], anchor_obs=f"o{i}") for i in range(4)]
     batch = StepBatch.from_records(records, pad_id=0).with_columns(advantages=torch.tensor([0.0, 1.5, -0.0, -2.0]))
     same, share = rows_to_train(batch, False)
@@ -74,12 +80,12 @@ def test_guided_groups_keep_their_failed_samples_at_zero_unless_negatives_are_as
 
     from agentrl.config.schema import RolloutConfig
     from agentrl.data import StepBatch
-    from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
 
-    # group 0: two sampled failures and the expert's episode; group 1: a mixed group, not guided
-    traj = [0, 1, GUIDED_TRAJ_ID_BASE, 2, 3]
-    records = [dict(group_id=int(t == 2 or t == 3), traj_id=t, step=0, done=True, success=t in (3, GUIDED_TRAJ_ID_BASE),
-                    reward=0.0, prompt_ids=[5], response_ids=[7], response_mask=[1.0], anchor_obs="o") for t in traj]
+    # group 0: two sampled failures and the expert's episode (traj 9); group 1: a mixed group, not guided
+    traj = [0, 1, 9, 2, 3]
+    records = [dict(group_id=int(t == 2 or t == 3), traj_id=t, step=0, done=True, success=t in (3, 9),
+                    is_expert=t == 9, env_reward=0.0, prompt_ids=[5], response_ids=[7], response_mask=[1.0],
+                    anchor_obs="o") for t in traj]
     batch = StepBatch.from_records(records, pad_id=0)
     adv = torch.tensor([-3.3, -3.3, 6.7, -5.0, 5.0])
     assert torch.equal(guided_advantages(batch, adv, RolloutConfig()), adv)            # guidance off
@@ -93,12 +99,11 @@ def test_rollout_logprob_gap_counts_only_sampled_response_tokens():
     import torch
 
     from agentrl.data import StepBatch
-    from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
 
     # row 0: sampled, second token masked out; row 1: the expert's (guided) step, rollout log-probs 0
-    records = [dict(group_id=0, traj_id=t, step=0, done=True, success=False, reward=0.0, prompt_ids=[5],
-                    response_ids=[7, 8], response_mask=mask, rollout_logprobs=[-1.0, -2.0], anchor_obs="o")
-               for t, mask in ((0, [1.0, 0.0]), (GUIDED_TRAJ_ID_BASE, [1.0, 1.0]))]
+    records = [dict(group_id=0, traj_id=t, step=0, done=True, success=False, env_reward=0.0, prompt_ids=[5],
+                    response_ids=[7, 8], response_mask=mask, rollout_logprobs=[-1.0, -2.0], anchor_obs="o",
+                    is_expert=t == 1) for t, mask in ((0, [1.0, 0.0]), (1, [1.0, 1.0]))]
     batch = StepBatch.from_records(records, pad_id=0)
     assert rollout_logprob_gap(batch) == {}                       # no learner pass yet
     scored = batch.with_columns(old_logprobs=torch.tensor([[-1.25, -9.0], [-7.0, -7.0]]))

@@ -13,11 +13,11 @@ and phrasing) of random size, so most revisits fall inside the eps = 0.10 radius
 not. Half of the novel observations are near duplicates of the state the walk is in (cosine
 distance ~0.02 before noise), the other half point somewhere new in the same room. BiGPO at
 eps = 0.10 then leaves about 20 % singletons (paper: 14-18 %) in about 120 clusters per group.
-About 10 % of the actions are invalid (reward -0.1) and about a third of the trajectories win
+About 10 % of the actions are invalid (invalid_penalty 0.1) and about a third of the trajectories win
 (reward 10 at their last step). ``workload_stats`` reports the rates; the bench prints them.
 
 Every estimator is timed (median of ``--repeats`` runs) against the per-record Python reference
-of :mod:`agentrl.bench._estimators_reference` (median of up to ``--repeats`` runs, stopping once
+of :mod:`agentrl.estimators.reference` (median of up to ``--repeats`` runs, stopping once
 2 s are spent, so the slow references run once), and the two outputs must agree to 1e-6
 (absolute plus relative).
 
@@ -45,6 +45,7 @@ HELP = "time the advantage estimators (6,400 step records, hidden 3,584) against
 CASES = (
     ("grpo", "grpo", {}),
     ("rloo", "rloo", {}),
+    ("reinforce_pp", "reinforce_pp", {}),
     ("gigpo", "gigpo", {}),
     ("gigpo_no_anchor_key", "gigpo", {}),
     ("gigpo_similarity", "gigpo", {"enable_similarity": True, "similarity_thresh": 0.95}),
@@ -115,9 +116,10 @@ def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int 
 
     invalid = torch.rand(n, generator=rng) < 0.10
     won = torch.rand(num_traj, generator=rng) < 0.35
-    reward = torch.where(invalid, torch.tensor(-0.1), torch.tensor(0.0))
+    invalid_penalty = torch.where(invalid, torch.tensor(0.1), torch.tensor(0.0))
     last = step == steps - 1
-    reward = reward + torch.where(last & won[traj], torch.tensor(10.0), torch.tensor(0.0))
+    env_reward = torch.where(last & won[traj], torch.tensor(10.0), torch.tensor(0.0))
+    reward = env_reward - invalid_penalty
     action_choice = torch.randint(0, 4, (n,), generator=rng)
     actions = [f"go to {ROOMS[(s + a) % len(ROOMS)]} {1 + a}" if not bad else ""
                for s, a, bad in zip(state.tolist(), action_choice.tolist(), invalid.tolist())]
@@ -132,7 +134,9 @@ def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int 
         group_id=group, traj_id=traj, step=step,
         prompt_ids=torch.ones(n, 4, dtype=torch.int64), prompt_lengths=torch.full((n,), 4),
         response_ids=response, response_mask=torch.ones(n, response_len), rollout_logprobs=torch.zeros(n, response_len),
-        reward=reward, done=last, episode_return=episode_return, success=won[traj], action_valid=~invalid,
+        env_reward=env_reward, invalid_penalty=invalid_penalty, noop_penalty=torch.zeros(n), done=last,
+        episode_return=episode_return, success=won[traj], action_valid=~invalid,
+        is_expert=torch.zeros(n, dtype=torch.bool), policy_version=torch.zeros(n, dtype=torch.int64),
         anchor_obs=anchor_obs, action=actions, task_type=["pick_clean_then_place"] * n, hidden=hidden,
     ).with_anchor_keys()       # what the rollout engine records
 
@@ -196,7 +200,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from agentrl.bench._estimators_reference import reference_advantages
+    from agentrl.estimators.reference import reference_advantages
     from agentrl.estimators import compute_advantages
 
     batch = make_workload(args.trajectories, args.groups, args.steps, args.hidden_size, seed=args.seed)

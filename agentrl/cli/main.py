@@ -33,8 +33,8 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     heavy packages), so ``agentrl --help`` and every command start fast."""
     parser = _Parser(
         prog="agentrl",
-        description="Reinforcement learning for multi-turn LLM agents (GRPO, RLOO, GiGPO, GAGPO, BiPACE) "
-        "on ALFWorld, WebShop and TextCraft.",
+        description="Reinforcement learning for multi-turn LLM agents with group-based advantage estimators "
+        "(`agentrl config --keys` lists them under algorithm.estimator) on ALFWorld, WebShop and TextCraft.",
         epilog="Configuration: `recipe=NAME` picks a recipe (see `agentrl recipes`); any further "
         "`key=value` argument overrides one config field, e.g. `learner.lr=2e-6`.",
     )

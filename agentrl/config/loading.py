@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from agentrl.config.schema import Config
 from agentrl.errors import UsageError
+from agentrl.estimators.params import describe, violates
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 BASE_DIR_NAME = "_base"
@@ -133,23 +134,6 @@ def _unknown_key(path: str) -> UsageError:
     return UsageError(f"unknown config key `{path}`{hint} (`agentrl config --keys` lists every key)")
 
 
-def _describe(meta: dict[str, Any], typ: Any) -> str:
-    parts = []
-    if "choices" in meta:
-        parts.append("one of " + ", ".join(map(str, meta["choices"])))
-    else:
-        parts.append(getattr(typ, "__name__", str(typ)).replace("typing.", ""))
-    if "min" in meta:
-        parts.append(f">= {meta['min']}")
-    if "gt" in meta:
-        parts.append(f"> {meta['gt']}")
-    if "max" in meta:
-        parts.append(f"<= {meta['max']}")
-    if "off_or_min" in meta:
-        parts.append(f"0 (off) or >= {meta['off_or_min']}")
-    if "off_or_gt" in meta:
-        parts.append(f"0 (off) or > {meta['off_or_gt']}")
-    return " ".join(parts)
 
 
 def _coerce(path: str, value: Any, typ: Any, meta: dict[str, Any]) -> Any:
@@ -159,7 +143,7 @@ def _coerce(path: str, value: Any, typ: Any, meta: dict[str, Any]) -> Any:
         if value is None:
             return None
         typ = next(a for a in typing.get_args(typ) if a is not type(None))
-    accepted = _describe(meta, typ) + (" or null" if optional else "")
+    accepted = describe(meta, typ) + (" or null" if optional else "")
     bad = UsageError(f"config key `{path}` = {value!r} is invalid: expected {accepted}")
     if typ is bool:
         if not isinstance(value, bool):
@@ -183,16 +167,11 @@ def _coerce(path: str, value: Any, typ: Any, meta: dict[str, Any]) -> Any:
     elif typ is list:
         if not isinstance(value, list):
             raise bad
-    if "choices" in meta and value not in meta["choices"]:
-        raise bad
-    if "min" in meta and value < meta["min"]:
-        raise bad
-    if "gt" in meta and value <= meta["gt"]:
-        raise bad
-    if "max" in meta and value > meta["max"]:
-        raise bad
-    if value != 0 and ("off_or_min" in meta and value < meta["off_or_min"]
-                       or "off_or_gt" in meta and value <= meta["off_or_gt"]):
+    elif typ is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        value = tuple(value)
+    if violates(value, meta):
         raise bad
     return value
 
@@ -228,7 +207,35 @@ def load_config(recipe: str | None, overrides: list[str] | None = None) -> Confi
         resolved = OmegaConf.to_container(OmegaConf.create(merged), resolve=True)
     except OmegaConfBaseException as err:
         raise UsageError(f"cannot resolve an interpolation in the config: {err}") from None
-    return build_dataclass(Config, resolved)  # type: ignore[arg-type]
+    cfg = build_dataclass(Config, resolved)
+    check_estimator(cfg.algorithm)
+    return cfg  # type: ignore[return-value]
+
+
+def check_estimator(algorithm) -> None:
+    """Load the configured estimator (a built-in name or an import path) and check its parameters;
+    ``algorithm.params`` (an import-path estimator's own keys) is coerced in place."""
+    from agentrl.estimators import estimator_class, estimator_from_config, is_import_path
+    from agentrl.estimators.params import own_fields
+
+    cls = estimator_class(algorithm.estimator)
+    if not is_import_path(algorithm.estimator):
+        if algorithm.params:
+            raise UsageError(f"algorithm.params is for an estimator loaded by import path; the built-in "
+                             f"{algorithm.estimator!r} reads algorithm.{algorithm.estimator}.<key> "
+                             f"(`agentrl config --keys` lists them)")
+    else:
+        fields = {f.name: f for f in own_fields(cls.Params)}
+        hints = typing.get_type_hints(cls.Params)
+        for key in algorithm.params:
+            if key not in fields:
+                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.5)
+                hint = f"; did you mean `algorithm.params.{close[0]}`?" if close else ""
+                raise UsageError(f"unknown config key `algorithm.params.{key}` for {algorithm.estimator}{hint} "
+                                 f"(its parameters: {', '.join(fields) or 'none'})")
+        algorithm.params = {key: _coerce(f"algorithm.params.{key}", value, hints[key], dict(fields[key].metadata))
+                            for key, value in algorithm.params.items()}
+    estimator_from_config(algorithm)
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import dataclasses
 import typing
 
 from agentrl.config.schema import Config
+from agentrl.estimators.params import describe
 
 
 def _default(f: dataclasses.Field) -> object:
@@ -17,15 +18,9 @@ def _default(f: dataclasses.Field) -> object:
 
 
 def _accepted(f: dataclasses.Field, typ: object) -> str:
-    meta = f.metadata
-    if "choices" in meta:
-        return " \\| ".join(f"`{c}`" for c in meta["choices"])
-    name = getattr(typ, "__name__", str(typ)).replace("typing.", "")
-    bounds = [f">= {meta['min']}" if "min" in meta else "", f"> {meta['gt']}" if "gt" in meta else "",
-              f"<= {meta['max']}" if "max" in meta else "",
-              f"0 (off) or >= {meta['off_or_min']}" if "off_or_min" in meta else "",
-              f"0 (off) or > {meta['off_or_gt']}" if "off_or_gt" in meta else ""]
-    return " ".join([name] + [b for b in bounds if b])
+    if "choices" in f.metadata:
+        return " \\| ".join(f"`{c}`" for c in f.metadata["choices"])
+    return describe(dict(f.metadata), typ)
 
 
 def _section(cls: type, prefix: str, lines: list[str]) -> None:
@@ -45,7 +40,8 @@ def _section(cls: type, prefix: str, lines: list[str]) -> None:
 
 def render() -> str:
     lines = ["# Configuration reference", "",
-             "Generated from `agentrl/config/schema.py` by `python -m agentrl.config.reference`; do not edit by hand.",
+             "Generated from `agentrl/config/schema.py` and the estimators' `Params` (`agentrl/estimators/`) by",
+             "`python -m agentrl.config.reference`; do not edit by hand.",
              "Recipes (`agentrl/recipes/`) override these defaults and `key=value` arguments override recipes, e.g.",
              "`agentrl train recipe=alfworld_gigpo_qwen1.5b learner.lr=2e-6 env.group_size=4`.", ""]
     _section(Config, "", lines)

@@ -10,6 +10,8 @@ The tree (``Config``) is built from the dataclass defaults, then the recipe's YA
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -24,7 +26,6 @@ def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any
     return field(default=default, metadata=meta)
 
 
-ESTIMATOR_NAMES = ("grpo", "rloo", "gigpo", "gagpo", "bipace")
 ENV_NAMES = ("alfworld", "webshop", "textcraft")
 
 
@@ -120,13 +121,14 @@ class RolloutConfig:
     max_response_tokens: int = F(512, "generated tokens per step", min=1)
     prompt_truncation: str = F("error", "what to do with a longer prompt: error, or keep its last tokens",
                                choices=("error", "left"))
-    invalid_action_penalty: float = F(0.1, "subtracted from the step reward when the response has no valid action",
-                                      min=0)
-    noop_penalty: float = F(0.0, "subtracted from the step reward when the environment reports that a well-formed "
+    invalid_action_penalty: float = F(0.1, "charged to a step whose response has no valid action (the StepBatch's "
+                                      "invalid_penalty column; algorithm.penalty_mode says where it enters)", min=0)
+    noop_penalty: float = F(0.0, "charged to a step (the StepBatch's noop_penalty column, an ordinary reward) when "
+                            "the environment reports that a well-formed "
                             "action changed nothing (info['noop']: ALFWorld's 'Nothing happens.', TextCraft's "
                             "'Could not ...'); 0 = off, as in the reference framework", min=0)
-    noop_anchor: str = F("observation", "what a step after a no-op action (info['noop']) is grouped by in GiGPO's "
-                         "step groups: observation = its observation, as in the reference framework (every "
+    noop_anchor: str = F("observation", "what a step after a no-op action (info['noop']) is grouped by in the "
+                         "anchor-state step groups: observation = its observation, as in the reference framework (every "
                          "'Nothing happens.' of a group shares one anchor); state = the anchor before the "
                          "no-op, since the environment's state did not change",
                          choices=("observation", "state"))
@@ -155,55 +157,42 @@ class RolloutConfig:
 
 
 # ------------------------------------------------------------------------------------- algorithm
-@dataclass
-class GrpoConfig:
-    norm_by_std: bool = F(True, "divide episode advantages by the group's standard deviation")
+def _section_class(estimator: type) -> type:
+    """``algorithm.<name>``: the estimator's own parameters, with their defaults, help and checks."""
+    from agentrl.estimators.params import own_fields
+
+    hints = typing.get_type_hints(estimator.Params)
+    fields = [(f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                         metadata=f.metadata))
+              for f in own_fields(estimator.Params)]
+    cls = dataclasses.make_dataclass(f"{estimator.__name__}Section", fields, namespace={"__module__": __name__})
+    globals()[cls.__name__] = cls      # importable by name: a config pickles into Ray actors
+    return cls
 
 
-@dataclass
-class GigpoConfig:
-    enable_similarity: bool = F(False, "group anchor states by text similarity instead of exact equality")
-    similarity_thresh: float = F(0.95, "similarity threshold when enable_similarity is on", min=0, max=1)
+def _algorithm_config_class() -> type:
+    """``algorithm``: the estimator, the shared keys (``algorithm.<key>``), one section per built-in
+    estimator (``algorithm.<name>.<key>``) and ``algorithm.params`` for one loaded by import path,
+    all generated from the estimators' declarations (agentrl.estimators)."""
+    from agentrl.estimators import SharedParams, builtin_estimators
+
+    names = ", ".join(builtin_estimators())
+    fields: list[tuple[str, Any, Any]] = [
+        ("estimator", str, F("grpo", f"advantage estimator: {names}, or a user's class by import path "
+                                     "package.module:ClassName (docs/estimators.md)"))]
+    hints = typing.get_type_hints(SharedParams)
+    fields += [(f.name, hints[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
+               for f in dataclasses.fields(SharedParams)]
+    for name, estimator in builtin_estimators().items():
+        section = _section_class(estimator)
+        fields.append((name, section, F(help=f"{estimator.title or name} options", factory=section)))
+    fields.append(("params", dict, F(help="the parameters of an estimator loaded by import path "
+                                          "(algorithm.estimator=package.module:ClassName), checked against its "
+                                          "Params; built-in estimators read algorithm.<name>", factory=dict)))
+    return dataclasses.make_dataclass("AlgorithmConfig", fields, namespace={"__module__": __name__})
 
 
-@dataclass
-class GagpoConfig:
-    lam: float = F(0.8, "GAE lambda", min=0, max=1)
-    action_level_ratio: bool = F(True, "PPO ratio per action: exp(mean token log-ratio) instead of per token")
-
-
-@dataclass
-class BipaceConfig:
-    hidden_layer: int = F(-8, "decoder layer whose last-prompt-token state clusters the steps (negative = from the top)")
-    eps: float = F(0.10, "cosine-distance radius of a cluster", min=0, max=2)
-    eps_mode: str = F("fixed", "fixed eps, or calibrate once on the first batch and then freeze",
-                      choices=("fixed", "calibrate"))
-    pace: str = F("q", "action-conditioned baseline inside a cluster",
-                  choices=("q", "first_token", "action_tag", "state_only"))
-    first_token_len: int = F(8, "response tokens that key an action for pace=first_token", min=1)
-    centroid: str = F("seed", "cluster centroid: its first member (exactly vectorisable) or the running mean",
-                      choices=("seed", "mean"))
-    pace_norm_by_std: bool = F(False, "divide the in-cluster step advantages by their standard deviation")
-    calibration_singleton_rate: float = F(0.2, "eps_mode=calibrate picks the smallest eps leaving at most this "
-                                          "share of rows alone in their cluster", min=0, max=1)
-
-
-@dataclass
-class AlgorithmConfig:
-    estimator: str = F("grpo", "advantage estimator", choices=ESTIMATOR_NAMES)
-    gamma: float = F(0.95, "discount for step returns", min=0, max=1)
-    step_advantage_w: float = F(1.0, "weight omega of the step-level advantage", min=0)
-    mode: str = F("mean_std_norm", "step-group normalisation", choices=("mean_std_norm", "mean_norm"))
-    epsilon: float = F(1e-6, "added to standard deviations", gt=0)
-    episode_stats: str = F("steps", "episode-term statistics over step rows (reference code) or trajectories",
-                           choices=("steps", "trajectories"))
-    penalty_mode: str = F("after_discount", "where the invalid-action penalty enters: charged to the invalid "
-                          "row after discounting (reference code) or kept as an ordinary reward",
-                          choices=("after_discount", "in_reward"))
-    grpo: GrpoConfig = F(help="GRPO / RLOO options", factory=GrpoConfig)
-    gigpo: GigpoConfig = F(help="GiGPO options", factory=GigpoConfig)
-    gagpo: GagpoConfig = F(help="GAGPO options", factory=GagpoConfig)
-    bipace: BipaceConfig = F(help="BiPACE options", factory=BipaceConfig)
+AlgorithmConfig = _algorithm_config_class()
 
 
 # --------------------------------------------------------------------------------------- learner
@@ -263,7 +252,7 @@ class SftConfig:
                              "{} = each once", factory=dict)
     dagger_tasks: int = F(0, "DAgger: a policy plays this many training tasks greedily and the env's step-wise "
                           "expert labels every state it reaches; those examples join the expert's demonstrations "
-                          "(ALFWorld; agentrl.data.dagger). With dagger_rounds=0 the starting model "
+                          "(ALFWorld; agentrl.warmstart.dagger). With dagger_rounds=0 the starting model "
                           "(trainer.init_checkpoint) plays, before training; 0 = off", min=0)
     dagger_rounds: int = F(0, "DAgger rounds after the expert epochs: each round, the model trained so far plays "
                            "dagger_tasks tasks, and dagger_epochs at dagger_lr go over the demonstrations and every "

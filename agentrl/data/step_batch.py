@@ -5,7 +5,7 @@ right-padded 2-D tensors; ``prompt_lengths`` and ``response_mask`` say which ent
 String columns are plain Python lists. Everything is picklable (Ray) and saves to a directory as
 ``tensors.safetensors`` + ``strings.json`` (no pickle on load).
 
-Columns (N = number of step records):
+Columns (N = number of step records); who fills each is in docs/architecture.md:
 
 ==================  ================  ===================================================================
 column              type / shape      meaning
@@ -17,22 +17,33 @@ prompt_ids          int64 [N, P]      prompt tokens, right-padded with ``pad_id`
 prompt_lengths      int64 [N]         real length of each prompt
 response_ids        int64 [N, R]      generated tokens, right-padded with ``pad_id``
 response_mask       float32 [N, R]    1 for generated tokens that are trained on, else 0
-rollout_logprobs    float32 [N, R]    log-probabilities the rollout backend reported
-reward              float32 [N]       env reward at this step (penalties included)
+rollout_logprobs    float32 [N, R]    log-probabilities the rollout backend reported (0 on expert rows)
+env_reward          float32 [N]       the environment's reward for this step (``env.reward``: the success
+                                      reward at the winning step, or the env's own), no penalty in it
+invalid_penalty     float32 [N]       the invalid-action penalty charged to this step (0 when its response
+                                      held a valid action)
+noop_penalty        float32 [N]       the no-op penalty charged to this step (0 unless its valid action
+                                      changed nothing and ``rollout.noop_penalty`` > 0)
 done                bool [N]          the episode ended at this step (terminated or truncated)
-episode_return      float32 [N]       sum of the trajectory's rewards (same on every row of it)
+episode_return      float32 [N]       sum of the trajectory's ``reward`` (same on every row of it)
 success             bool [N]          the trajectory won (same on every row of it)
 action_valid        bool [N]          the response parsed into a valid action
+is_expert           bool [N]          an expert-guided step: the env's solver chose it, nothing sampled it
+policy_version      int64 [N]         the policy version (learner updates applied) that generated the step
 anchor_obs          list[str]         raw env observation the step acted on (no prompt template)
 anchor_key          int64 [N]         optional: the collector's number for anchor_obs inside the row's group
                                       (equal strings of a group, equal keys; see below)
 action              list[str]         parsed action text ("" when invalid)
 task_type           list[str]         task category (per-type metrics and tables)
-hidden              float32 [N, d]    actor hidden state at the last prompt token (learner pass)
+hidden              float32 [N, d]    actor hidden state at the last prompt token (rollout or learner pass)
 old_logprobs        float32 [N, R]    learner log-probs before the update (learner pass)
 ref_logprobs        float32 [N, R]    reference-model log-probs (learner pass)
 advantages          float32 [N]       one advantage per step record (estimator)
 ==================  ================  ===================================================================
+
+``reward`` (a property, not stored) is the step's total reward, ``env_reward - invalid_penalty -
+noop_penalty``. The columns keep each part as it was made, so an estimator that places a penalty
+differently (after discounting, say) reads it instead of undoing a subtraction.
 
 ``hidden``, ``old_logprobs``, ``ref_logprobs`` and ``advantages`` are ``None`` until the stage
 that fills them has run. ``anchor_key`` is filled by the rollout engine: it numbers the distinct
@@ -57,7 +68,8 @@ import torch
 
 REQUIRED_TENSORS = (
     "group_id", "traj_id", "step", "prompt_ids", "prompt_lengths", "response_ids", "response_mask",
-    "rollout_logprobs", "reward", "done", "episode_return", "success", "action_valid",
+    "rollout_logprobs", "env_reward", "invalid_penalty", "noop_penalty", "done", "episode_return", "success",
+    "action_valid", "is_expert", "policy_version",
 )
 OPTIONAL_TENSORS = ("hidden", "old_logprobs", "ref_logprobs", "advantages", "anchor_key")
 STRING_COLUMNS = ("anchor_obs", "action", "task_type")
@@ -65,8 +77,9 @@ TOKEN_COLUMNS = ("prompt_ids", "response_ids", "response_mask", "rollout_logprob
 _DTYPES = {
     "group_id": torch.int64, "traj_id": torch.int64, "step": torch.int64, "prompt_ids": torch.int64,
     "prompt_lengths": torch.int64, "response_ids": torch.int64, "response_mask": torch.float32,
-    "rollout_logprobs": torch.float32, "reward": torch.float32, "done": torch.bool,
-    "episode_return": torch.float32, "success": torch.bool, "action_valid": torch.bool,
+    "rollout_logprobs": torch.float32, "env_reward": torch.float32, "invalid_penalty": torch.float32,
+    "noop_penalty": torch.float32, "done": torch.bool, "episode_return": torch.float32, "success": torch.bool,
+    "action_valid": torch.bool, "is_expert": torch.bool, "policy_version": torch.int64,
     "hidden": torch.float32, "old_logprobs": torch.float32, "ref_logprobs": torch.float32,
     "advantages": torch.float32, "anchor_key": torch.int64,
 }
@@ -99,11 +112,15 @@ class StepBatch:
     response_ids: torch.Tensor
     response_mask: torch.Tensor
     rollout_logprobs: torch.Tensor
-    reward: torch.Tensor
+    env_reward: torch.Tensor
+    invalid_penalty: torch.Tensor
+    noop_penalty: torch.Tensor
     done: torch.Tensor
     episode_return: torch.Tensor
     success: torch.Tensor
     action_valid: torch.Tensor
+    is_expert: torch.Tensor
+    policy_version: torch.Tensor
     anchor_obs: list[str]
     action: list[str]
     task_type: list[str]
@@ -145,12 +162,15 @@ class StepBatch:
     def from_records(cls, records: Iterable[dict[str, Any]], pad_id: int = 0) -> "StepBatch":
         """Build from one dict per step record (Python lists or tensors for the token columns).
 
-        Keys: ``group_id``, ``traj_id``, ``step``, ``prompt_ids``, ``response_ids``, ``reward``,
-        ``done``, ``success``, ``anchor_obs``; optional: ``response_mask`` (default ones over the
-        response), ``rollout_logprobs`` (default zeros), ``action_valid`` (default True),
-        ``action`` and ``task_type`` (default ""), ``episode_return`` (default: the sum of the
-        trajectory's rewards), and ``hidden``/``old_logprobs``/``ref_logprobs``/``advantages``/
-        ``anchor_key``, taken when every record has them.
+        Keys: ``group_id``, ``traj_id``, ``step``, ``prompt_ids``, ``response_ids``,
+        ``env_reward``, ``done``, ``success``, ``anchor_obs``; optional: ``invalid_penalty`` and
+        ``noop_penalty`` (default 0), ``response_mask`` (default ones over the response),
+        ``rollout_logprobs`` (default zeros), ``action_valid`` (default True), ``is_expert``
+        (default False), ``policy_version`` (default 0), ``action`` and ``task_type`` (default
+        ""), ``episode_return`` (default: the sum of the trajectory's rewards), and
+        ``hidden``/``old_logprobs``/``ref_logprobs``/``advantages``/``anchor_key``, taken when
+        every record has them. A record may give ``reward`` instead of ``env_reward`` when it has
+        no penalties (the two are then equal); giving both is an error.
         """
         records = list(records)
         if not records:
@@ -162,10 +182,20 @@ class StepBatch:
                 raise KeyError(f"every step record needs the key {key!r}")
             return col[key]
 
+        def optional(key: str, default: Any) -> list:
+            return [default if v is None else v for v in col[key]] if key in col else [default] * len(records)
+
         response = need("response_ids")
         mask = col.get("response_mask") or [[1.0] * len(r) for r in response]
         logprobs = col.get("rollout_logprobs") or [[0.0] * len(r) for r in response]
-        rewards = torch.tensor(need("reward"), dtype=torch.float32)
+        if "reward" in col and "env_reward" in col:
+            raise KeyError("a step record gives env_reward (and its penalties) or reward, not both")
+        env_reward = torch.tensor(need("env_reward" if "env_reward" in col else "reward"), dtype=torch.float32)
+        invalid_penalty = torch.tensor(optional("invalid_penalty", 0.0), dtype=torch.float32)
+        noop_penalty = torch.tensor(optional("noop_penalty", 0.0), dtype=torch.float32)
+        if "reward" in col and bool((invalid_penalty != 0).any() or (noop_penalty != 0).any()):
+            raise KeyError("a step record with penalties gives env_reward, not reward")
+        rewards = env_reward - invalid_penalty - noop_penalty
         traj = torch.tensor(need("traj_id"), dtype=torch.int64)
         kwargs: dict[str, Any] = dict(
             group_id=torch.tensor(need("group_id"), dtype=torch.int64),
@@ -176,9 +206,13 @@ class StepBatch:
             response_ids=_pad_2d(response, torch.int64, pad_id),
             response_mask=_pad_2d(mask, torch.float32, 0.0),
             rollout_logprobs=_pad_2d(logprobs, torch.float32, 0.0),
-            reward=rewards,
+            env_reward=env_reward,
+            invalid_penalty=invalid_penalty,
+            noop_penalty=noop_penalty,
             done=torch.tensor(need("done"), dtype=torch.bool),
-            action_valid=torch.tensor(col.get("action_valid") or [True] * len(records), dtype=torch.bool),
+            action_valid=torch.tensor(optional("action_valid", True), dtype=torch.bool),
+            is_expert=torch.tensor(optional("is_expert", False), dtype=torch.bool),
+            policy_version=torch.tensor(optional("policy_version", 0), dtype=torch.int64),
             anchor_obs=[str(x) for x in need("anchor_obs")],
             action=[str(x) if x is not None else "" for x in col.get("action") or [""] * len(records)],
             task_type=[str(x) if x is not None else "" for x in col.get("task_type") or [""] * len(records)],
@@ -205,6 +239,11 @@ class StepBatch:
     # ----- basic properties ----------------------------------------------------------------------
     def __len__(self) -> int:
         return int(self.group_id.shape[0])
+
+    @property
+    def reward(self) -> torch.Tensor:
+        """The step's total reward: ``env_reward - invalid_penalty - noop_penalty``."""
+        return self.env_reward - self.invalid_penalty - self.noop_penalty
 
     @property
     def num_steps(self) -> int:

@@ -16,7 +16,7 @@ Centroids (the sources do not say which; both are offered):
   identical to the row-by-row greedy pass; the work is each row's cosine with every earlier seed
   of its group (rows x clusters, not rows^2). When a C compiler is available the pass runs
   compiled instead (:mod:`agentrl.estimators.bigpo_native`, ``bigpo_block.c``, built on first use
-  by :mod:`agentrl.native`): the C code settles rows in order and computes their cosines with the
+  by :mod:`agentrl.estimators.native`): the C code settles rows in order and computes their cosines with the
   seeds of their own block in 4 x 6 tiles. On CPUs with native bfloat16 (AVX512-BF16) the
   cosines are first screened in bfloat16, with a proven error bound, and only the pairs the
   screen cannot decide are computed in float32; the whole group is then one C call. The labels
@@ -183,7 +183,7 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
                            native_block: int | None = None, screen: bool | None = None) -> tuple[torch.Tensor, int]:
     """Cluster id (0..K-1, numbered group by group in order of creation) for every row.
 
-    ``use_native`` runs the pass compiled when the kernel can be built (``agentrl.native``);
+    ``use_native`` runs the pass compiled when the kernel can be built (``agentrl.estimators.native``);
     ``False`` forces the numpy path (same labels). ``screen`` (compiled path only) takes the
     products in bfloat16 and settles in float32 what they cannot decide (same labels); None uses it
     where this CPU multiplies bfloat16 natively (``bigpo_native.screen_available``). ``block`` is
@@ -223,8 +223,8 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
 class BiGPOState:
     """What BiGPO keeps across batches: the calibrated radius, frozen after the first batch.
 
-    The trainer creates one, passes it to every ``compute_advantages("bipace", ..., state=state)``
-    call and saves it with the checkpoint (``as_dict``/``from_dict``).
+    It is the estimator's ``State``: the trainer creates one, passes it to every call and saves
+    it with the checkpoint (``as_dict``/``from_dict``).
     """
 
     eps: float | None = None

@@ -49,9 +49,10 @@ import torch
 
 from agentrl.data import StepBatch
 from agentrl.estimators import common
+from agentrl.estimators.base import Estimator, RowInputs
 from agentrl.estimators.bigpo_clustering import CENTROIDS, BiGPOState, calibrate_eps, greedy_cosine_clusters
-from agentrl.estimators.registry import (EPISODE_STATS, MODES, PENALTY_MODES, check_choice, check_range,
-                                         register_estimator)
+from agentrl.estimators.params import param, shared
+from agentrl.estimators.registry import register_estimator
 
 PACE_VARIANTS = ("q", "first_token", "action_tag", "state_only")
 EPS_MODES = ("fixed", "calibrate")
@@ -59,30 +60,29 @@ DEFAULT_CALIBRATION_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.10, 0.125, 0.15, 0.
 
 
 @dataclasses.dataclass(frozen=True)
-class BiPACEParams(common.StepEstimatorParams):
-    eps: float = dataclasses.field(default=0.10, metadata={"help": "cosine-distance radius of a BiGPO cluster"})
-    eps_mode: str = dataclasses.field(default="fixed", metadata={
-        "help": "fixed: use eps; calibrate: choose eps on the first batch, then keep it (needs state=BiGPOState())"})
-    pace: str = dataclasses.field(default="q", metadata={"help": "step baseline: q, first_token, action_tag, state_only"})
-    first_token_len: int = dataclasses.field(default=8, metadata={"help": "response tokens in the first_token key"})
-    centroid: str = dataclasses.field(default="seed", metadata={
-        "help": "cluster centroid: seed (first member, vectorised) or mean (running mean, row loop)"})
-    pace_norm_by_std: bool = dataclasses.field(default=False, metadata={
-        "help": "divide the q / diff-peer step terms by the cluster std + epsilon"})
-    calibration_singleton_rate: float = dataclasses.field(default=0.2, metadata={
-        "help": "calibrate: largest acceptable share of rows left alone in their cluster"})
-    calibration_grid: tuple = dataclasses.field(default=DEFAULT_CALIBRATION_GRID, metadata={
-        "help": "calibrate: eps values tried, smallest first"})
+class BiPACEParams:
+    gamma: float = shared("gamma")
+    step_advantage_w: float = shared("step_advantage_w")
+    mode: str = shared("mode")
+    epsilon: float = shared("epsilon")
+    episode_stats: str = shared("episode_stats")
+    penalty_mode: str = shared("penalty_mode")
+    hidden_layer: int = param(-8, "entry of the actor's hidden_states whose last-prompt-token state clusters the "
+                              "steps (0 = embeddings, negative = from the top)")
+    eps: float = param(0.10, "cosine-distance radius of a BiGPO cluster", min=0, max=2)
+    eps_mode: str = param("fixed", "fixed: use eps; calibrate: choose eps on the first batch, then keep it",
+                          choices=EPS_MODES)
+    pace: str = param("q", "action-conditioned step baseline inside a cluster", choices=PACE_VARIANTS)
+    first_token_len: int = param(8, "response tokens that key an action for pace=first_token", min=1)
+    centroid: str = param("seed", "cluster centroid: its first member (exactly vectorisable) or the running mean",
+                          choices=CENTROIDS)
+    pace_norm_by_std: bool = param(False, "divide the q / diff-peer step terms by the cluster std + epsilon")
+    calibration_singleton_rate: float = param(0.2, "eps_mode=calibrate picks the smallest eps leaving at most this "
+                                              "share of rows alone in their cluster", min=0, max=1)
+    calibration_grid: tuple = param(DEFAULT_CALIBRATION_GRID, "eps_mode=calibrate: the eps values tried, smallest "
+                                    "first")
 
     def __post_init__(self) -> None:
-        for key, choices in (("mode", MODES), ("episode_stats", EPISODE_STATS), ("penalty_mode", PENALTY_MODES),
-                             ("eps_mode", EPS_MODES), ("pace", PACE_VARIANTS), ("centroid", CENTROIDS)):
-            check_choice("bipace", key, getattr(self, key), choices)
-        check_range("bipace", "eps", self.eps, 0.0, 2.0)
-        check_range("bipace", "gamma", self.gamma, 0.0, 1.0)
-        check_range("bipace", "calibration_singleton_rate", self.calibration_singleton_rate, 0.0, 1.0)
-        if int(self.first_token_len) < 1:
-            raise ValueError(f"bipace.first_token_len must be >= 1, got {self.first_token_len!r}")
         object.__setattr__(self, "calibration_grid", tuple(float(e) for e in self.calibration_grid))
         if not self.calibration_grid:
             raise ValueError("bipace.calibration_grid must list at least one eps")
@@ -162,32 +162,42 @@ def resolve_eps(batch: StepBatch, group: torch.Tensor, num_groups: int, params: 
         return float(params.eps)
     if state is None:
         raise ValueError("bipace with eps_mode='calibrate' needs a state object kept across batches: "
-                         "compute_advantages('bipace', batch, state=BiGPOState(), ...)")
+                         "estimator.advantages(batch, state=estimator.new_state())")
     if not state.calibrated:
         state.eps, state.calibration = calibrate_eps(batch.hidden, group, num_groups, params.calibration_grid,
                                                      params.calibration_singleton_rate, params.centroid)
     return float(state.eps)
 
 
-@register_estimator("bipace", BiPACEParams, stateful=True)
-def bipace_advantages(batch: StepBatch, params: BiPACEParams, state: BiGPOState | None = None
-                      ) -> tuple[torch.Tensor, dict[str, float]]:
-    if batch.hidden is None:
-        raise ValueError("bipace needs batch.hidden (the actor's hidden state per step record); "
-                         "run the learner's log-prob pass before estimating advantages")
-    by_std = params.mode == "mean_std_norm"
-    layout = common.TrajectoryLayout.of(batch)
-    returns = common.row_returns(batch, layout, params.gamma, params.invalid_action_penalty, params.penalty_mode)
-    episode, group, num_groups = common.episode_advantage(batch, returns, by_std, params.epsilon, params.episode_stats)
-    eps = resolve_eps(batch, group, num_groups, params, state)
-    cluster, num_clusters = greedy_cosine_clusters(batch.hidden, group, num_groups, eps, params.centroid)
-    key = action_keys(batch, params.pace, params.first_token_len)
-    step, diagnostics = pace_step_advantage(returns.step_return, cluster, num_clusters, key, params)
-    adv = episode + params.step_advantage_w * step
-    anchor, num_anchor = common.anchor_segments(batch, group)
-    diagnostics.update({
-        "eps": eps,
-        "obs_hash_singleton_rate": common.singleton_rate(anchor, num_anchor),
-        "obs_hash_mean_group_size": common.mean_segment_size(anchor, num_anchor),
-    })
-    return adv.to(torch.float32), diagnostics
+@register_estimator
+class BiPACE(Estimator):
+    name = "bipace"
+    title = "BiPACE"
+    table_rank = 50
+    Params = BiPACEParams
+    State = BiGPOState
+
+    def row_inputs(self) -> RowInputs:
+        return RowInputs(hidden_layer=int(self.params.hidden_layer))
+
+    def advantages(self, batch: StepBatch, state: BiGPOState | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        if batch.hidden is None:
+            raise ValueError("bipace needs batch.hidden (the actor's hidden state per step record): the rollout "
+                             "backend records it, or the learner's log-prob pass computes it (RowInputs.hidden_layer)")
+        p = self.params
+        by_std = p.mode == "mean_std_norm"
+        layout = common.TrajectoryLayout.of(batch)
+        returns = common.row_returns(batch, layout, p.gamma, p.penalty_mode)
+        episode, group, num_groups = common.episode_advantage(batch, returns, by_std, p.epsilon, p.episode_stats)
+        eps = resolve_eps(batch, group, num_groups, p, state)
+        cluster, num_clusters = greedy_cosine_clusters(batch.hidden, group, num_groups, eps, p.centroid)
+        key = action_keys(batch, p.pace, p.first_token_len)
+        step, diagnostics = pace_step_advantage(returns.step_return, cluster, num_clusters, key, p)
+        adv = episode + p.step_advantage_w * step
+        anchor, num_anchor = common.anchor_segments(batch, group)
+        diagnostics.update({
+            "eps": eps,
+            "obs_hash_singleton_rate": common.singleton_rate(anchor, num_anchor),
+            "obs_hash_mean_group_size": common.mean_segment_size(anchor, num_anchor),
+        })
+        return adv.to(torch.float32), diagnostics

@@ -21,55 +21,6 @@ from agentrl.data import StepBatch
 F64 = torch.float64
 
 
-# ----- shared parameter fields (one definition of each default and help text) ----------------------
-def gamma_field():
-    return dataclasses.field(default=0.95, metadata={"help": "discount of the step return G_t = r_t + gamma * G_{t+1}"})
-
-
-def step_weight_field():
-    return dataclasses.field(default=1.0, metadata={"help": "omega: weight of the step term in A = A_episode + omega * A_step"})
-
-
-def mode_field(default: str = "mean_std_norm"):
-    return dataclasses.field(default=default, metadata={
-        "help": "mean_std_norm: (x - mean) / (std + epsilon) with the unbiased std; mean_norm: x - mean"})
-
-
-def epsilon_field():
-    return dataclasses.field(default=1e-6, metadata={"help": "added to the std before dividing"})
-
-
-def episode_stats_field():
-    return dataclasses.field(default="steps", metadata={
-        "help": "statistics of the episode term over the group's step rows (steps, the reference code) "
-                "or over one return per trajectory (trajectories, the papers' equation)"})
-
-
-def penalty_field():
-    return dataclasses.field(default=0.1, metadata={
-        "help": "coefficient c of the invalid-action penalty that the rollout folded into batch.reward "
-                "(0 when the rollout applies none)"})
-
-
-def penalty_mode_field():
-    return dataclasses.field(default="after_discount", metadata={
-        "help": "after_discount: the penalty is taken out of the rewards and charged only to the invalid row's "
-                "episode score and step return (the reference code); in_reward: keep it as an ordinary reward"})
-
-
-@dataclasses.dataclass(frozen=True)
-class StepEstimatorParams:
-    """The parameters GiGPO and BiPACE share: an episode term plus a discounted step term."""
-
-    gamma: float = gamma_field()
-    step_advantage_w: float = step_weight_field()
-    mode: str = mode_field()
-    epsilon: float = epsilon_field()
-    episode_stats: str = episode_stats_field()
-    invalid_action_penalty: float = penalty_field()
-    penalty_mode: str = penalty_mode_field()
-
-
 # ----- segment statistics ----------------------------------------------------------------------------
 # On CPU every torch op costs ~5-20 us of dispatch; the statistics below are a few dozen ops over
 # 6,400 rows, so they run in numpy (``bincount`` sums in row order, like ``index_add_``) on
@@ -270,31 +221,36 @@ class TrajectoryLayout:
 class RowReturns:
     """What every estimator derives from the reward columns, per row (float64)."""
 
-    episode_score: torch.Tensor     # s_j: the row's episode score (episode return, row penalty)
+    episode_score: torch.Tensor     # s_j: the row's episode score (trajectory return, minus the row's own penalty)
     trajectory_return: torch.Tensor  # R(tau) of the row's trajectory, without any row's own penalty
+    row_penalty: torch.Tensor       # c_j: the invalid-action penalty charged to row j itself (0 with in_reward)
     step_return: torch.Tensor | None  # G'_t: discounted return-to-go, penalty per penalty_mode (None: not asked)
 
 
-def row_returns(batch: StepBatch, layout: TrajectoryLayout, gamma: float, penalty: float,
-                penalty_mode: str, step: bool = True) -> RowReturns:
-    """Episode scores and step returns with the invalid-action penalty placed as configured.
+def row_returns(batch: StepBatch, layout: TrajectoryLayout, gamma: float, penalty_mode: str,
+                step: bool = True) -> RowReturns:
+    """Episode scores and step returns from the StepBatch's reward columns.
 
-    ``batch.reward`` includes ``-penalty`` on invalid rows (the contract). With ``after_discount``
-    (the reference code) the penalty is removed from the rewards, the clean rewards are summed and
-    discounted, and the penalty is then subtracted from the invalid row's own episode score and
-    step return only. With ``in_reward`` the rewards and ``episode_return`` are used as they are.
+    The step reward is ``env_reward - noop_penalty`` (the no-op penalty is an ordinary reward).
+    The invalid-action penalty ``c_j = invalid_penalty`` is placed by ``penalty_mode``:
+
+    * ``after_discount`` (the reference code): the rewards are summed and discounted without it,
+      and it is charged to the invalid row's own episode score and step return only;
+    * ``in_reward``: it is one more ordinary reward of its row.
+
     ``step=False`` skips the step returns (the episode-only estimators).
     """
-    reward = _f64(batch.reward)
-    episode_return = torch.from_numpy(_f64(batch.episode_return))
-    if penalty_mode == "in_reward" or penalty == 0.0:
-        step_return = torch.from_numpy(layout.discounted_sum_np(reward, gamma)) if step else None
-        return RowReturns(episode_return, episode_return, step_return)
-    charged = np.where(batch.action_valid.numpy(), 0.0, float(penalty))
+    reward = _f64(batch.env_reward) - _f64(batch.noop_penalty)
+    penalty = _f64(batch.invalid_penalty)
+    if penalty_mode == "in_reward":
+        reward, charged = reward - penalty, np.zeros_like(penalty)
+    else:
+        charged = penalty
     traj = layout.traj.numpy()
-    clean_episode = episode_return.numpy() + np.bincount(traj, charged, minlength=layout.num_traj)[traj]
-    step_return = torch.from_numpy(layout.discounted_sum_np(reward + charged, gamma) - charged) if step else None
-    return RowReturns(torch.from_numpy(clean_episode - charged), torch.from_numpy(clean_episode), step_return)
+    total = np.bincount(traj, reward, minlength=layout.num_traj)[traj] if len(batch) else reward.copy()
+    step_return = torch.from_numpy(layout.discounted_sum_np(reward, gamma) - charged) if step else None
+    return RowReturns(torch.from_numpy(total - charged), torch.from_numpy(total), torch.from_numpy(charged),
+                      step_return)
 
 
 def _f64(values: torch.Tensor) -> np.ndarray:
@@ -306,19 +262,23 @@ def episode_advantage(batch: StepBatch, returns: RowReturns, by_std: bool, epsil
                       episode_stats: str) -> tuple[torch.Tensor, torch.Tensor, int]:
     """GRPO-style episode term per row, plus the group segment ids and count.
 
-    ``steps``: mean/std over all step rows of the group (length-weighted, the reference code).
-    ``trajectories``: mean/std over one return per trajectory of the group. Either way a group
-    with a single member gets mean 0 and std 1 (the raw score is kept).
+    ``steps``: ``(s_j - mean) / (std + epsilon)`` with mean and std over every step row's score
+    ``s_j`` in the group (length-weighted, the reference code). ``trajectories``: mean and std
+    over one return ``R(tau)`` per trajectory of the group, and the row's own penalty is charged
+    after the division, ``(R(tau_j) - mean) / (std + epsilon) - c_j``: divided by the std of
+    returns it does not take part in, a penalty would grow without bound as that std goes to 0
+    (an invalid row in a group whose returns are all equal). Either way a group with a single
+    member gets mean 0 and std 1 (the raw score is kept).
     """
     group, num_groups = group_segments(batch)
     score = returns.episode_score
     if episode_stats == "steps":
         return normalise_in_segments(score, group, num_groups, by_std, epsilon, "keep"), group, num_groups
     mean, std, count = trajectory_stats(batch, returns, group, num_groups)
-    out = score - mean[group]
+    out = returns.trajectory_return - mean[group]
     if by_std:
         out = out / (std[group] + epsilon)
-    return out, group, num_groups
+    return out - returns.row_penalty, group, num_groups
 
 
 def trajectory_stats(batch: StepBatch, returns: RowReturns, group: torch.Tensor, num_groups: int):

@@ -33,8 +33,8 @@ anchor group's).
 
 Action-level importance ratio: the learner should use one ratio per action,
 ``rho_t = exp(mean over the action's response tokens of (logp - logp_old))``, shared by all its
-tokens. :func:`action_level_ratio` computes it; whether a configuration asks for it is answered by
-``agentrl.estimators.uses_action_level_ratio(name, params)``.
+tokens. The estimator asks the learner for it through :meth:`GAGPO.loss_options`
+(``action_level_ratio=True``, the default); ``agentrl.learner.losses.action_level_ratio`` computes it.
 """
 
 from __future__ import annotations
@@ -46,25 +46,9 @@ import torch
 
 from agentrl.data import StepBatch
 from agentrl.estimators import common
-from agentrl.estimators.registry import MODES, PENALTY_MODES, check_choice, check_range, register_estimator
-
-
-@dataclasses.dataclass(frozen=True)
-class GAGPOParams:
-    gamma: float = common.gamma_field()
-    lam: float = dataclasses.field(default=0.8, metadata={"help": "GAE trace parameter lambda (1: Monte-Carlo)"})
-    mode: str = common.mode_field()
-    epsilon: float = common.epsilon_field()
-    invalid_action_penalty: float = common.penalty_field()
-    penalty_mode: str = common.penalty_mode_field()
-    action_level_ratio: bool = dataclasses.field(default=True, metadata={
-        "help": "the learner uses one length-normalised importance ratio per action instead of token ratios"})
-
-    def __post_init__(self) -> None:
-        check_choice("gagpo", "mode", self.mode, MODES)
-        check_choice("gagpo", "penalty_mode", self.penalty_mode, PENALTY_MODES)
-        check_range("gagpo", "gamma", self.gamma, 0.0, 1.0)
-        check_range("gagpo", "lam", self.lam, 0.0, 1.0)
+from agentrl.estimators.base import Estimator, LossOptions
+from agentrl.estimators.params import param, shared
+from agentrl.estimators.registry import register_estimator
 
 
 def grouped_value_proxy(step_return: np.ndarray, anchor: np.ndarray, num_anchor: int) -> np.ndarray:
@@ -81,35 +65,42 @@ def gae_advantages(step_return: np.ndarray, value: np.ndarray, layout: common.Tr
     return layout.discounted_sum_np(delta, gamma * lam), delta
 
 
-def action_level_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Per row: mean over the trained response tokens of ``logprobs - old_logprobs`` (0 if none)."""
-    mask = response_mask.to(logprobs.dtype)
-    length = mask.sum(dim=1)
-    return ((logprobs - old_logprobs) * mask).sum(dim=1) / length.clamp_min(1)
+@register_estimator
+class GAGPO(Estimator):
+    name = "gagpo"
+    title = "GAGPO"
+    table_rank = 40
 
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        gamma: float = shared("gamma")
+        mode: str = shared("mode")
+        epsilon: float = shared("epsilon")
+        penalty_mode: str = shared("penalty_mode")
+        lam: float = param(0.8, "GAE trace parameter lambda (1: Monte-Carlo)", min=0, max=1)
+        action_level_ratio: bool = param(True, "the learner uses one length-normalised importance ratio per action, "
+                                         "exp(mean token log-ratio), instead of one per token")
 
-def action_level_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Per row: the length-normalised (geometric-mean) importance ratio of the whole action."""
-    return torch.exp(action_level_log_ratio(logprobs, old_logprobs, response_mask))
+    def loss_options(self) -> LossOptions:
+        return LossOptions(action_level_ratio=bool(self.params.action_level_ratio))
 
-
-@register_estimator("gagpo", GAGPOParams)
-def gagpo_advantages(batch: StepBatch, params: GAGPOParams, state=None) -> tuple[torch.Tensor, dict[str, float]]:
-    layout = common.TrajectoryLayout.of(batch)
-    returns = common.row_returns(batch, layout, params.gamma, params.invalid_action_penalty, params.penalty_mode)
-    group, num_groups = common.group_segments(batch)
-    anchor, num_anchor = common.anchor_segments(batch, group)
-    step_return = returns.step_return.numpy()
-    value = grouped_value_proxy(step_return, anchor.numpy(), num_anchor)
-    raw, delta = gae_advantages(step_return, value, layout, params.gamma, params.lam)
-    adv = common.normalise_in_segments(torch.from_numpy(raw), group, num_groups, params.mode == "mean_std_norm",
-                                       params.epsilon, "keep")
-    diagnostics = {
-        "num_groups": float(num_groups),
-        "num_state_groups": float(num_anchor),
-        "state_singleton_rate": common.singleton_rate(anchor, num_anchor),
-        "mean_state_group_size": common.mean_segment_size(anchor, num_anchor),
-        "td_residual_abs_mean": float(np.abs(delta).mean()) if len(batch) else 0.0,
-        "raw_advantage_std": float(raw.std(ddof=1)) if len(batch) > 1 else 0.0,
-    }
-    return torch.from_numpy(adv.numpy().astype(np.float32)), diagnostics
+    def advantages(self, batch: StepBatch, state=None) -> tuple[torch.Tensor, dict[str, float]]:
+        p = self.params
+        layout = common.TrajectoryLayout.of(batch)
+        returns = common.row_returns(batch, layout, p.gamma, p.penalty_mode)
+        group, num_groups = common.group_segments(batch)
+        anchor, num_anchor = common.anchor_segments(batch, group)
+        step_return = returns.step_return.numpy()
+        value = grouped_value_proxy(step_return, anchor.numpy(), num_anchor)
+        raw, delta = gae_advantages(step_return, value, layout, p.gamma, p.lam)
+        adv = common.normalise_in_segments(torch.from_numpy(raw), group, num_groups, p.mode == "mean_std_norm",
+                                           p.epsilon, "keep")
+        diagnostics = {
+            "num_groups": float(num_groups),
+            "num_state_groups": float(num_anchor),
+            "state_singleton_rate": common.singleton_rate(anchor, num_anchor),
+            "mean_state_group_size": common.mean_segment_size(anchor, num_anchor),
+            "td_residual_abs_mean": float(np.abs(delta).mean()) if len(batch) else 0.0,
+            "raw_advantage_std": float(raw.std(ddof=1)) if len(batch) > 1 else 0.0,
+        }
+        return torch.from_numpy(adv.numpy().astype(np.float32)), diagnostics

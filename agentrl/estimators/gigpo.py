@@ -35,23 +35,9 @@ from rapidfuzz.distance import Indel
 
 from agentrl.data import StepBatch
 from agentrl.estimators import common
-from agentrl.estimators.registry import (EPISODE_STATS, MODES, PENALTY_MODES, check_choice, check_range,
-                                         register_estimator)
-
-
-@dataclasses.dataclass(frozen=True)
-class GiGPOParams(common.StepEstimatorParams):
-    enable_similarity: bool = dataclasses.field(default=False, metadata={
-        "help": "group anchor observations by difflib similarity instead of exact equality"})
-    similarity_thresh: float = dataclasses.field(default=0.95, metadata={
-        "help": "SequenceMatcher ratio at or above which an observation joins a cluster (enable_similarity)"})
-
-    def __post_init__(self) -> None:
-        check_choice("gigpo", "mode", self.mode, MODES)
-        check_choice("gigpo", "episode_stats", self.episode_stats, EPISODE_STATS)
-        check_choice("gigpo", "penalty_mode", self.penalty_mode, PENALTY_MODES)
-        check_range("gigpo", "gamma", self.gamma, 0.0, 1.0)
-        check_range("gigpo", "similarity_thresh", self.similarity_thresh, 0.0, 1.0)
+from agentrl.estimators.base import Estimator
+from agentrl.estimators.params import param, shared
+from agentrl.estimators.registry import register_estimator
 
 
 BOUND_SLACK = 1e-9      # the Indel bound and difflib's ratio round differently at equality
@@ -83,8 +69,9 @@ def similar_anchor_segments(anchor_obs: list[str], group: torch.Tensor, threshol
     members: dict[int, list[int]] = {}
     for p in order.tolist():
         members.setdefault(pair_group[p], []).append(p)
+    # no score_cutoff: rapidfuzz turns it into a distance cutoff that drops scores equal to the
+    # threshold, which difflib's ``>=`` accepts
     bounds = {g: rapidfuzz.process.cdist(texts, texts, scorer=Indel.normalized_similarity, dtype=np.float64,
-                                         score_cutoff=max(threshold - BOUND_SLACK, 0.0),
                                          workers=max(torch.get_num_threads(), 1))
               for g, texts in ((g, [distinct[pair_code[p]] for p in ps]) for g, ps in members.items())}
     # within each group, in order: an observation with no earlier one inside the bound starts a
@@ -118,28 +105,46 @@ def similar_anchor_segments(anchor_obs: list[str], group: torch.Tensor, threshol
     return cluster_of_pair[pair], next_cluster
 
 
-def step_segments(batch: StepBatch, group: torch.Tensor, params: GiGPOParams) -> tuple[torch.Tensor, int]:
-    if params.enable_similarity:
-        return similar_anchor_segments(batch.anchor_obs, group, params.similarity_thresh)
-    return common.anchor_segments(batch, group)
+@register_estimator
+class GiGPO(Estimator):
+    name = "gigpo"
+    title = "GiGPO"
+    table_rank = 30
 
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        gamma: float = shared("gamma")
+        step_advantage_w: float = shared("step_advantage_w")
+        mode: str = shared("mode")
+        epsilon: float = shared("epsilon")
+        episode_stats: str = shared("episode_stats")
+        penalty_mode: str = shared("penalty_mode")
+        enable_similarity: bool = param(False, "group anchor observations by difflib similarity instead of exact "
+                                        "equality")
+        similarity_thresh: float = param(0.95, "SequenceMatcher ratio at or above which an observation joins a "
+                                         "cluster (enable_similarity)", min=0, max=1)
 
-@register_estimator("gigpo", GiGPOParams)
-def gigpo_advantages(batch: StepBatch, params: GiGPOParams, state=None) -> tuple[torch.Tensor, dict[str, float]]:
-    by_std = params.mode == "mean_std_norm"
-    layout = common.TrajectoryLayout.of(batch)
-    returns = common.row_returns(batch, layout, params.gamma, params.invalid_action_penalty, params.penalty_mode)
-    episode, group, num_groups = common.episode_advantage(batch, returns, by_std, params.epsilon, params.episode_stats)
-    anchor, num_anchor = step_segments(batch, group, params)
-    step = common.normalise_in_segments(returns.step_return, anchor, num_anchor, by_std, params.epsilon, "zero")
-    episode, step = episode.numpy(), step.numpy()
-    adv = episode + params.step_advantage_w * step
-    diagnostics = {
-        "num_groups": float(num_groups),
-        "num_step_groups": float(num_anchor),
-        "step_group_singleton_rate": common.singleton_rate(anchor, num_anchor),
-        "mean_step_group_size": common.mean_segment_size(anchor, num_anchor),
-        "episode_adv_mean": float(episode.mean()) if len(batch) else 0.0,
-        "step_adv_abs_mean": float(np.abs(step).mean()) if len(batch) else 0.0,
-    }
-    return torch.from_numpy(adv.astype(np.float32)), diagnostics
+    def step_segments(self, batch: StepBatch, group: torch.Tensor) -> tuple[torch.Tensor, int]:
+        if self.params.enable_similarity:
+            return similar_anchor_segments(batch.anchor_obs, group, self.params.similarity_thresh)
+        return common.anchor_segments(batch, group)
+
+    def advantages(self, batch: StepBatch, state=None) -> tuple[torch.Tensor, dict[str, float]]:
+        p = self.params
+        by_std = p.mode == "mean_std_norm"
+        layout = common.TrajectoryLayout.of(batch)
+        returns = common.row_returns(batch, layout, p.gamma, p.penalty_mode)
+        episode, group, num_groups = common.episode_advantage(batch, returns, by_std, p.epsilon, p.episode_stats)
+        anchor, num_anchor = self.step_segments(batch, group)
+        step = common.normalise_in_segments(returns.step_return, anchor, num_anchor, by_std, p.epsilon, "zero")
+        episode, step = episode.numpy(), step.numpy()
+        adv = episode + p.step_advantage_w * step
+        diagnostics = {
+            "num_groups": float(num_groups),
+            "num_step_groups": float(num_anchor),
+            "step_group_singleton_rate": common.singleton_rate(anchor, num_anchor),
+            "mean_step_group_size": common.mean_segment_size(anchor, num_anchor),
+            "episode_adv_mean": float(episode.mean()) if len(batch) else 0.0,
+            "step_adv_abs_mean": float(np.abs(step).mean()) if len(batch) else 0.0,
+        }
+        return torch.from_numpy(adv.astype(np.float32)), diagnostics

@@ -8,7 +8,8 @@ invalid-action penalty when row j itself was invalid; see :func:`common.row_retu
 
 ``g`` is the row's group. With ``episode_stats="steps"`` (default, as the reference code) mean
 and std run over every step row of the group, so longer trajectories weigh more; with
-``"trajectories"`` over one return per trajectory. The std is the unbiased one. A group with a
+``"trajectories"`` over one return per trajectory (the row's own penalty is then charged after
+the division, :func:`common.episode_advantage`). The std is the unbiased one. A group with a
 single member keeps its raw score (mean 0, std 1), as the reference code does.
 """
 
@@ -21,32 +22,32 @@ import torch
 
 from agentrl.data import StepBatch
 from agentrl.estimators import common
-from agentrl.estimators.registry import EPISODE_STATS, PENALTY_MODES, check_choice, register_estimator
+from agentrl.estimators.base import Estimator
+from agentrl.estimators.params import param, shared
+from agentrl.estimators.registry import register_estimator
 
 
-@dataclasses.dataclass(frozen=True)
-class GRPOParams:
-    norm_by_std: bool = dataclasses.field(default=True, metadata={
-        "help": "divide by the group std (GRPO); False gives the mean-centred Dr. GRPO advantage"})
-    epsilon: float = common.epsilon_field()
-    episode_stats: str = common.episode_stats_field()
-    invalid_action_penalty: float = common.penalty_field()
-    penalty_mode: str = common.penalty_mode_field()
+@register_estimator
+class GRPO(Estimator):
+    name = "grpo"
+    title = "GRPO"
+    table_rank = 10
 
-    def __post_init__(self) -> None:
-        check_choice("grpo", "episode_stats", self.episode_stats, EPISODE_STATS)
-        check_choice("grpo", "penalty_mode", self.penalty_mode, PENALTY_MODES)
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        norm_by_std: bool = param(True, "divide by the group std (GRPO); false gives the mean-centred Dr. GRPO "
+                                  "advantage")
+        epsilon: float = shared("epsilon")
+        episode_stats: str = shared("episode_stats")
+        penalty_mode: str = shared("penalty_mode")
 
-
-@register_estimator("grpo", GRPOParams)
-def grpo_advantages(batch: StepBatch, params: GRPOParams, state=None) -> tuple[torch.Tensor, dict[str, float]]:
-    layout = common.TrajectoryLayout.of(batch)
-    returns = common.row_returns(batch, layout, 1.0, params.invalid_action_penalty, params.penalty_mode,
-                                 step=False)
-    adv, group, num_groups = common.episode_advantage(batch, returns, params.norm_by_std, params.epsilon,
-                                                      params.episode_stats)
-    diagnostics = {
-        "num_groups": float(num_groups),
-        "singleton_group_rate": common.singleton_rate(group, num_groups),
-    }
-    return torch.from_numpy(adv.numpy().astype(np.float32)), diagnostics
+    def advantages(self, batch: StepBatch, state=None) -> tuple[torch.Tensor, dict[str, float]]:
+        p = self.params
+        layout = common.TrajectoryLayout.of(batch)
+        returns = common.row_returns(batch, layout, 1.0, p.penalty_mode, step=False)
+        adv, group, num_groups = common.episode_advantage(batch, returns, p.norm_by_std, p.epsilon, p.episode_stats)
+        diagnostics = {
+            "num_groups": float(num_groups),
+            "singleton_group_rate": common.singleton_rate(group, num_groups),
+        }
+        return torch.from_numpy(adv.numpy().astype(np.float32)), diagnostics

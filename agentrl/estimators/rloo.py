@@ -19,41 +19,42 @@ import torch
 
 from agentrl.data import StepBatch
 from agentrl.estimators import common
-from agentrl.estimators.registry import EPISODE_STATS, PENALTY_MODES, check_choice, register_estimator
+from agentrl.estimators.base import Estimator
+from agentrl.estimators.params import shared
+from agentrl.estimators.registry import register_estimator
 
 
-@dataclasses.dataclass(frozen=True)
-class RLOOParams:
-    episode_stats: str = common.episode_stats_field()
-    invalid_action_penalty: float = common.penalty_field()
-    penalty_mode: str = common.penalty_mode_field()
+@register_estimator
+class RLOO(Estimator):
+    name = "rloo"
+    title = "RLOO"
+    table_rank = 20
 
-    def __post_init__(self) -> None:
-        check_choice("rloo", "episode_stats", self.episode_stats, EPISODE_STATS)
-        check_choice("rloo", "penalty_mode", self.penalty_mode, PENALTY_MODES)
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        episode_stats: str = shared("episode_stats")
+        penalty_mode: str = shared("penalty_mode")
 
-
-@register_estimator("rloo", RLOOParams)
-def rloo_advantages(batch: StepBatch, params: RLOOParams, state=None) -> tuple[torch.Tensor, dict[str, float]]:
-    layout = common.TrajectoryLayout.of(batch)
-    returns = common.row_returns(batch, layout, 1.0, params.invalid_action_penalty, params.penalty_mode,
-                                 step=False)
-    group, num_groups = common.group_segments(batch)
-    score = returns.episode_score
-    if params.episode_stats == "steps":
-        total = common.segment_sum(score, group, num_groups)[group]
-        count = common.segment_count(group, num_groups)[group]
-        own = score
-    else:
-        last = batch.trajectory_rows()
-        member = returns.trajectory_return[last]
-        total = common.segment_sum(member, group[last], num_groups)[group]
-        count = common.segment_count(group[last], num_groups)[group]
-        own = returns.trajectory_return
-    baseline = (total - own) / (count - 1).clamp_min(1)
-    adv = torch.where(count > 1, score - baseline, score)
-    diagnostics = {
-        "num_groups": float(num_groups),
-        "singleton_group_rate": float((count == 1).to(torch.float64).mean()) if len(batch) else 0.0,
-    }
-    return adv.to(torch.float32), diagnostics
+    def advantages(self, batch: StepBatch, state=None) -> tuple[torch.Tensor, dict[str, float]]:
+        p = self.params
+        layout = common.TrajectoryLayout.of(batch)
+        returns = common.row_returns(batch, layout, 1.0, p.penalty_mode, step=False)
+        group, num_groups = common.group_segments(batch)
+        score = returns.episode_score
+        if p.episode_stats == "steps":
+            total = common.segment_sum(score, group, num_groups)[group]
+            count = common.segment_count(group, num_groups)[group]
+            own = score
+        else:
+            last = batch.trajectory_rows()
+            member = returns.trajectory_return[last]
+            total = common.segment_sum(member, group[last], num_groups)[group]
+            count = common.segment_count(group[last], num_groups)[group]
+            own = returns.trajectory_return
+        baseline = (total - own) / (count - 1).clamp_min(1)
+        adv = torch.where(count > 1, score - baseline, score)
+        diagnostics = {
+            "num_groups": float(num_groups),
+            "singleton_group_rate": float((count == 1).to(torch.float64).mean()) if len(batch) else 0.0,
+        }
+        return adv.to(torch.float32), diagnostics

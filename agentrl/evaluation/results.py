@@ -8,7 +8,7 @@ gives one :class:`RunResult`, from the first of:
    else of the run's ``env.eval_split``), averaged over its evaluation seeds; the WebShop score
    comes only from here;
 2. the validation records of ``<run>/metrics.jsonl``: the last one (``metric=final``) or the one
-   with the highest ``val/success_rate`` (``metric=peak``, how BiPACE reports). With
+   with the highest ``val/success_rate`` (``metric=peak``, how some papers report). With
    ``metric=peak`` these come first, since an evaluation summary is of the final policy only.
 
 Values are percentages. Column names: ALFWorld's task families by their short names (Pick ...
@@ -31,10 +31,9 @@ from typing import Any
 
 import yaml
 
+from agentrl.estimators import builtin_estimators, estimator_title
 from agentrl.tracking import read_metrics
 
-METHOD_NAMES = {"grpo": "GRPO", "rloo": "RLOO", "gigpo": "GiGPO", "gagpo": "GAGPO", "bipace": "BiPACE"}
-METHOD_ORDER = ("GRPO", "RLOO", "GiGPO", "GAGPO", "BiPACE")
 ALFWORLD_COLUMNS = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All")
 WEBSHOP_COLUMNS = ("Score", "Success")
 START_COLUMNS = ("Start", "Gain")   # success before training, and the run's success minus it
@@ -164,7 +163,7 @@ def load_run(run_dir: Path, variant: str | None = None, *, metric: str = "final"
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     env = cfg.get("env", {}).get("name", "textcraft")
     estimator = cfg.get("algorithm", {}).get("estimator", "grpo")
-    method = METHOD_NAMES.get(estimator, estimator) + (f" ({variant})" if variant else "")
+    method = estimator_title(estimator) + (f" ({variant})" if variant else "")
     result = RunResult(run_dir, env, model_label(cfg.get("model", {}).get("name_or_path", "tiny")), method,
                        estimator, int(cfg.get("trainer", {}).get("seed", 0)))
     found = _from_metrics(run_dir, env, metric) if metric == "peak" else None
@@ -197,8 +196,10 @@ def collect(results: str | Path, *, metric: str = "final", split: str | None = N
 
 
 def method_rank(method: str) -> tuple[int, str]:
+    """Table order: the built-in estimators by their ``table_rank``, then any other method by name."""
     base = method.split(" (")[0]
-    return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), method)
+    order = [cls.title or name for name, cls in builtin_estimators().items()]
+    return (order.index(base) if base in order else len(order), method)
 
 
 def published_rows() -> list[dict[str, Any]]:

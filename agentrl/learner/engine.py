@@ -1,7 +1,8 @@
 """The learner: a DeepSpeed ZeRO engine around a Hugging Face causal LM.
 
-One :class:`Learner` per rank. ``compute_logprobs`` fills ``old_logprobs`` (and ``hidden`` for
-BiPACE, from the same forward pass) and ``ref_logprobs``; ``update`` runs the PPO epochs;
+One :class:`Learner` per rank. ``compute_logprobs`` fills ``old_logprobs`` (and ``hidden`` when
+the estimator asks for it, from the same forward pass) and ``ref_logprobs``; ``update`` runs the
+PPO epochs with the estimator's loss options;
 checkpoints, the rollout weights and the Hugging Face export live here too. Several ranks are
 started by :class:`agentrl.learner.group.LearnerGroup`. Design notes in docs/learner.md.
 """
@@ -21,7 +22,7 @@ import torch
 
 from agentrl.config.schema import Config
 from agentrl.data import StepBatch
-from agentrl.estimators import uses_action_level_ratio
+from agentrl.estimators.base import LossOptions
 from agentrl.learner import distributed
 from agentrl.learner.losses import (ADDITIVE_METRICS, LossSettings, entropy_from_logits, inputs_finite,
                                     loss_denominator, policy_loss)
@@ -29,7 +30,6 @@ from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
-from agentrl.rollout.guidance import guided_rows
 from agentrl.rollout.weight_transfer import BUCKET_BYTES, PackedWeights, pack_weights
 
 CHECKPOINT_TAG = "state"
@@ -99,7 +99,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 def sampled_logprobs(batch: StepBatch) -> torch.Tensor:
     """The rollout backend's log-probs of the response tokens, with the expert's (guided) rows given
     their ``old_logprobs``: nothing sampled those, so their importance weight is 1."""
-    guided = guided_rows(batch).unsqueeze(1)
+    guided = batch.is_expert.unsqueeze(1)
     return torch.where(guided, batch.old_logprobs.float(), batch.rollout_logprobs.float())
 
 
@@ -180,9 +180,6 @@ class Learner:
     def torch_device(self) -> torch.device:
         return self.engine.device
 
-    def _hidden_index(self) -> int:
-        return check_hidden_index(self.cfg.algorithm.bipace.hidden_layer, self.num_layers)
-
     # ---------------------------------------------------------------------------------- forward
     def _forward(self, model, packed: PackedSequences):
         packed = packed.to(self.torch_device)
@@ -219,17 +216,16 @@ class Learner:
         return local + [torch.zeros(0, dtype=torch.int64)] * (count - len(local))
 
     @torch.no_grad()
-    def compute_logprobs(self, batch: StepBatch, with_hidden: Optional[bool] = None) -> StepBatch:
-        """Fill ``old_logprobs``, ``ref_logprobs`` (when ``kl_coef > 0``) and ``hidden`` (BiPACE).
+    def compute_logprobs(self, batch: StepBatch, hidden_layer: Optional[int] = None) -> StepBatch:
+        """Fill ``old_logprobs``, ``ref_logprobs`` (when ``kl_coef > 0``) and, with a
+        ``hidden_layer`` (the estimator's ``RowInputs.hidden_layer``), ``hidden``.
 
         One forward pass of the actor per micro-batch yields both the response log-probs and the
-        hidden state at the last prompt token of layer ``algorithm.bipace.hidden_layer``.
-        ``with_hidden`` defaults to "the configured estimator is bipace". With several ranks each
-        rank is given its own rows (see LearnerGroup); every rank runs as many forward passes.
+        hidden state at the last prompt token of that layer. With several ranks each rank is given
+        its own rows (see LearnerGroup); every rank runs as many forward passes.
         """
-        if with_hidden is None:
-            with_hidden = self.cfg.algorithm.estimator == "bipace"
-        layer = self._hidden_index() if with_hidden else None
+        with_hidden = hidden_layer is not None
+        layer = check_hidden_index(int(hidden_layer), self.num_layers) if with_hidden else None
         want_ref = self.cfg.learner.kl_coef > 0
         self.engine.eval()
         old, ref, hidden, order = [], [], [], []
@@ -277,12 +273,12 @@ class Learner:
         return self._forward(self.ref_model, packed).logits
 
     # ----------------------------------------------------------------------------------- update
-    def loss_settings(self, estimator_name: Optional[str] = None) -> LossSettings:
-        name = estimator_name or self.cfg.algorithm.estimator
-        params = {"action_level_ratio": self.cfg.algorithm.gagpo.action_level_ratio} if name == "gagpo" else None
-        return LossSettings.from_config(self.cfg.learner, uses_action_level_ratio(name, params))
+    def loss_settings(self, options: Optional[LossOptions] = None) -> LossSettings:
+        """``learner.*`` and the estimator's :class:`~agentrl.estimators.LossOptions`."""
+        options = options or LossOptions()
+        return LossSettings.from_config(self.cfg.learner, action_level_ratio=options.action_level_ratio)
 
-    def update(self, batch: StepBatch, estimator_name: Optional[str] = None) -> dict[str, float]:
+    def update(self, batch: StepBatch, options: Optional[LossOptions] = None) -> dict[str, float]:
         """``ppo_epochs`` shuffled passes of mini-batches over ``batch``; mean metrics over optimizer steps.
 
         Every rank is given the whole batch: the shuffle is the same on all ranks (seeded by
@@ -296,7 +292,7 @@ class Learner:
             raise ValueError("update needs advantages (estimator) and old_logprobs (compute_logprobs)")
         if lc.kl_coef > 0 and batch.ref_logprobs is None:
             raise ValueError("learner.kl_coef > 0 needs ref_logprobs: run compute_logprobs first")
-        settings = self.loss_settings(estimator_name)
+        settings = self.loss_settings(options)
         mode = settings.loss_agg_mode
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + self.update_calls)
         plan = minibatch_plan(len(batch), lc.mini_batch_size, lc.ppo_epochs, generator)

@@ -24,6 +24,7 @@ import torch
 
 from agentrl.config.schema import Config
 from agentrl.data import StepBatch
+from agentrl.estimators.base import LossOptions
 from agentrl.denormals import denormals_flushed, flush_denormals
 from agentrl.learner.distributed import free_port
 from agentrl.learner.engine import Learner, resolve_device
@@ -52,8 +53,8 @@ class LearnerRank:
         self.learner = Learner(cfg, model_path, tokenizer_path)
         return self.learner.init_seconds
 
-    def logprob_columns(self, batch: StepBatch, with_hidden: Optional[bool]) -> dict[str, torch.Tensor]:
-        filled = self.learner.compute_logprobs(batch, with_hidden)
+    def logprob_columns(self, batch: StepBatch, hidden_layer: Optional[int]) -> dict[str, torch.Tensor]:
+        filled = self.learner.compute_logprobs(batch, hidden_layer)
         return {name: getattr(filled, name) for name in FILLED_COLUMNS if getattr(filled, name) is not None}
 
     def call(self, method: str, *args: Any) -> Any:
@@ -95,23 +96,25 @@ class LearnerGroup:
 
         return ray.get([a.call.remote(method, *args) for a in self.actors])
 
-    def compute_logprobs(self, batch: StepBatch, with_hidden: Optional[bool] = None) -> StepBatch:
+    def compute_logprobs(self, batch: StepBatch, hidden_layer: Optional[int] = None) -> StepBatch:
+        """``old_logprobs``, ``ref_logprobs`` and (with ``hidden_layer``) ``hidden`` of every row."""
         if self.local is not None:
-            return self.local.compute_logprobs(batch, with_hidden)
+            return self.local.compute_logprobs(batch, hidden_layer)
         import ray
 
         shards = torch.tensor_split(torch.arange(len(batch)), self.num_ranks)
-        parts = ray.get([a.logprob_columns.remote(batch.select(rows), with_hidden)
+        parts = ray.get([a.logprob_columns.remote(batch.select(rows), hidden_layer)
                          for a, rows in zip(self.actors, shards)])
         columns = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
         return batch.with_columns(**columns)
 
-    def update(self, batch: StepBatch, estimator_name: Optional[str] = None) -> dict[str, float]:
+    def update(self, batch: StepBatch, options: Optional[LossOptions] = None) -> dict[str, float]:
+        """The PPO epochs over ``batch`` with the estimator's loss options; metrics of rank 0."""
         if self.local is not None:
-            return self.local.update(batch, estimator_name)
+            return self.local.update(batch, options)
         import ray
 
-        return self._all("update", ray.put(batch), estimator_name)[0]
+        return self._all("update", ray.put(batch), options)[0]
 
     def state_dict_for_rollout(self) -> dict[str, torch.Tensor]:
         if self.local is not None:

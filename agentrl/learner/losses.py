@@ -21,7 +21,6 @@ from typing import Optional
 
 import torch
 
-from agentrl.estimators import action_level_log_ratio
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 KL_TYPES = ("k1", "k2", "low_var_kl")
@@ -122,12 +121,27 @@ def masked_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
 
 
 # ------------------------------------------------------------------------------------ components
+def action_level_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor
+                           ) -> torch.Tensor:
+    """Per row: mean over the trained response tokens of ``logprobs - old_logprobs`` (0 if none)."""
+    mask = response_mask.to(logprobs.dtype)
+    return ((logprobs - old_logprobs) * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
+
+
+def action_level_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor
+                       ) -> torch.Tensor:
+    """Per row: the length-normalised (geometric-mean) importance ratio of the whole action
+    (what an estimator asks for with ``LossOptions.action_level_ratio``)."""
+    return torch.exp(action_level_log_ratio(logprobs, old_logprobs, response_mask))
+
+
 def importance_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor,
                          action_level: bool = False) -> torch.Tensor:
     """Per-token log importance ratio [N, R], clamped to [-20, 20].
 
     With ``action_level`` every token of a row gets the row's length-normalised log-ratio (the
-    mean over its trained tokens, GAGPO's action-level ratio from :mod:`agentrl.estimators`).
+    mean over its trained tokens: the action-level ratio an estimator asks for with
+    ``LossOptions.action_level_ratio``).
     """
     if action_level:
         per_row = action_level_log_ratio(logprobs, old_logprobs, response_mask)

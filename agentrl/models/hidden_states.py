@@ -1,6 +1,7 @@
-"""The hidden state BiPACE clusters, taken from inside the actor's forward pass.
+"""The hidden state an estimator asks for (``RowInputs.hidden_layer``), taken from inside the
+actor's forward pass.
 
-``algorithm.bipace.hidden_layer`` indexes Hugging Face's ``hidden_states`` tuple: 0 is the
+The layer index counts like Hugging Face's ``hidden_states`` tuple: 0 is the
 embedding output, ``k`` (1..L-1) the output of decoder layer ``k``, ``L`` the last layer's output
 after the final norm, negative values count from the end. Asking the model for
 ``output_hidden_states=True`` keeps all L+1 full ``[rows, tokens, hidden]`` tensors alive until
@@ -9,8 +10,8 @@ the forward ends (for a 7B model and a micro-batch of 8 x 2,048 tokens, about 3.
 the rows' last prompt positions, ``[rows, hidden]``, as the forward passes through it.
 
 Both the learner's log-prob pass and the torch rollout backend's prefill use it: the rollout
-records the state of every prompt it answers, so BiPACE needs no learner pass over rows it does
-not train (:mod:`agentrl.trainer`).
+records the state of every prompt it answers, so the estimator needs no learner pass over rows
+the update does not train (:mod:`agentrl.trainer`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def check_hidden_index(index: int, num_layers: int) -> int:
     """``index`` if it names an entry of a ``num_layers``-layer model's ``hidden_states``, else a
     ValueError naming the valid range."""
     if not -(num_layers + 1) <= index <= num_layers:
-        raise ValueError(f"algorithm.bipace.hidden_layer={index} is outside the model's hidden states "
+        raise ValueError(f"hidden-state layer {index} (the estimator's hidden_layer) is outside the model's hidden states "
                          f"(-{num_layers + 1}..{num_layers}; 0 = embeddings, {num_layers} = last decoder layer)")
     return index
 

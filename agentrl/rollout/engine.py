@@ -8,21 +8,25 @@ One call of :meth:`RolloutEngine.run`::
         responses = backend.generate([prompt_i for active i], sampling)      # one batch
         action_i  = parse_response(response_i)       (<think> required when enable_thinking)
         env.step(action_i) for all active i          (one batched call to the env client)
-        record (prompt, response, logprobs, anchor_obs = obs_i, action, reward, done, ...,
-                hidden when the backend records it: backend.record_hidden)
+        record (prompt, response, logprobs, anchor_obs = obs_i, action, env_reward and each
+                penalty, done, policy_version, ..., hidden when the backend records it:
+                backend.record_hidden)
     number each group's distinct observations (StepBatch.anchor_key)
         finished envs leave the batch
 
-Reward of a record (the contract the estimators rely on):
+Reward columns of a record (:class:`StepReward`; the StepBatch keeps each part as it was made):
 
-* ``env.reward == "success"``: ``env.success_reward`` at the step where ``info["won"]`` first
-  becomes true, 0 otherwise; ``"env"``: the environment's own reward;
-* minus ``rollout.invalid_action_penalty`` when the response did not parse (``action_valid``
-  false). An invalid response still sends the parser's fallback text to the environment;
-* minus ``rollout.noop_penalty`` when a parsed action changed nothing (``info["noop"]``: ALFWorld's
-  ``Nothing happens.``). Off (0) by default, as in the reference framework.
+* ``env_reward``: ``env.success_reward`` at the step where ``info["won"]`` first becomes true, 0
+  otherwise (``env.reward == "success"``), or the environment's own reward (``"env"``);
+* ``invalid_penalty``: ``rollout.invalid_action_penalty`` when the response did not parse
+  (``action_valid`` false), else 0. An invalid response still sends the parser's fallback text to
+  the environment;
+* ``noop_penalty``: ``rollout.noop_penalty`` when a parsed action changed nothing
+  (``info["noop"]``: ALFWorld's ``Nothing happens.``), else 0. Off (0) by default, as in the
+  reference framework.
 
-``success`` is ``info["won"]`` at the last step, ``episode_return`` the sum of the rewards,
+The step's reward is ``env_reward - invalid_penalty - noop_penalty``. ``success`` is
+``info["won"]`` at the last step, ``episode_return`` the sum of the rewards,
 ``score`` the environment's own task score at the last step (``info["task_score"]``, WebShop's
 purchase score; None when the environment reports none).
 
@@ -64,6 +68,23 @@ class PromptTooLongError(ValueError):
 
 class EnvFailureLimitError(RuntimeError):
     """More episodes of one rollout failed in their environments than ``rollout.max_env_failures``."""
+
+
+@dataclass(frozen=True)
+class StepReward:
+    """The parts of one step's reward, as the StepBatch stores them."""
+
+    env_reward: float
+    invalid_penalty: float = 0.0
+    noop_penalty: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.env_reward - self.invalid_penalty - self.noop_penalty
+
+    def columns(self) -> dict[str, float]:
+        return {"env_reward": self.env_reward, "invalid_penalty": self.invalid_penalty,
+                "noop_penalty": self.noop_penalty}
 
 
 RERUN_WAVE_STRIDE = 1000   # a re-run wave samples with seeds of its own
@@ -185,6 +206,7 @@ class RolloutEngine:
         if record_transcripts is None:
             record_transcripts = bool(getattr(rollout_cfg, "record_transcripts", False))
         self.record_transcripts = record_transcripts
+        self.policy_version = 0     # learner updates in the weights the backend runs (set on each sync)
 
     # ----- sampling --------------------------------------------------------------------------------
     def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
@@ -215,22 +237,22 @@ class RolloutEngine:
         return self.client.step(items, timeout=self.env_cfg.step_timeout_s, on_shard_error="report")
 
     def step_reward(self, won_now: bool, won_before: bool, env_reward: float, valid: bool,
-                    noop: bool = False) -> float:
-        """A step's reward: ``env.success_reward`` at the winning step (``env.reward=success``) or the
-        env's own reward, minus ``rollout.invalid_action_penalty`` for a response without a valid action,
-        or minus ``rollout.noop_penalty`` for a valid action the environment says changed nothing."""
+                    noop: bool = False) -> StepReward:
+        """A step's reward parts: ``env.success_reward`` at the winning step (``env.reward=success``)
+        or the env's own reward; ``rollout.invalid_action_penalty`` for a response without a valid
+        action; ``rollout.noop_penalty`` for a valid action the environment says changed nothing."""
         if self.env_cfg.reward == "success":
             reward = self.env_cfg.success_reward if (won_now and not won_before) else 0.0
         else:
             reward = float(env_reward)
         if not valid:
-            return reward - self.rollout_cfg.invalid_action_penalty
-        return reward - self.rollout_cfg.noop_penalty if noop else reward
+            return StepReward(reward, invalid_penalty=float(self.rollout_cfg.invalid_action_penalty))
+        return StepReward(reward, noop_penalty=float(self.rollout_cfg.noop_penalty) if noop else 0.0)
 
     def next_anchor(self, anchor: str, obs: str, info: dict[str, Any]) -> str:
         """The anchor observation of the next step: the new observation, or with ``rollout.noop_anchor =
         state`` the current anchor when the environment says the action changed nothing (``info["noop"]``),
-        so the steps taken from one unchanged state share a GiGPO step group instead of every
+        so the steps taken from one unchanged state share an anchor-state step group instead of every
         ``Nothing happens.`` of the group sharing one."""
         if self.rollout_cfg.noop_anchor == "state" and info.get("noop"):
             return anchor
@@ -328,7 +350,7 @@ class RolloutEngine:
         timing["env_s"] += time.perf_counter() - t0
         n = len(envs)
         obs = [r.obs for r in resets]
-        anchors = list(obs)     # what each step is grouped by (GiGPO): see next_anchor
+        anchors = list(obs)     # what each step is grouped by (anchor-state step groups): see next_anchor
         info = [r.info for r in resets]
         task_type = [str(r.info.get("task_type", "")) for r in resets]
         histories = [History() for _ in range(n)]
@@ -370,18 +392,19 @@ class RolloutEngine:
                 records.append({
                     "group_id": group_id, "traj_id": traj_id, "step": step, "prompt_ids": prompt,
                     "response_ids": gen.token_ids, "response_mask": [1.0] * len(gen.token_ids),
-                    "rollout_logprobs": gen.logprobs, "reward": reward, "done": done, "anchor_obs": anchors[i],
+                    "rollout_logprobs": gen.logprobs, **reward.columns(), "done": done, "anchor_obs": anchors[i],
                     "action": p.action if p.valid else "", "action_valid": p.valid, "task_type": task_type[i],
-                    "hidden": gen.hidden,   # None unless the backend records hidden states (BiPACE)
+                    "policy_version": self.policy_version,
+                    "hidden": gen.hidden,   # None unless the backend records hidden states (RowInputs)
                 })
                 won[i] = won_now
-                returns[i] += reward
+                returns[i] += reward.total
                 length[i] += 1
                 if not res.ok:
                     errors[i] = res.error
                 if transcripts is not None:
                     transcripts[i].append({"observation": obs[i], "response": response_of[i],
-                                           "action": p.action, "valid": p.valid, "reward": reward})
+                                           "action": p.action, "valid": p.valid, "reward": reward.total})
                 histories[i].add(obs[i], p.action)
                 obs[i], info[i] = res.obs, res.info
                 anchors[i] = self.next_anchor(anchors[i], res.obs, res.info)
@@ -418,5 +441,5 @@ def _task_score(info: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-__all__ = ["EnvFailureLimitError", "EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "make_sampling_params",
-           "step_seed"]
+__all__ = ["EnvFailureLimitError", "EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "StepReward",
+           "make_sampling_params", "step_seed"]

@@ -12,18 +12,21 @@ would see (same history window, style and truncation), the response the policy w
 write for the expert's action (``<action>...</action>``, with the SFT demonstrations' thought
 when ``enable_thinking``, then the stop token), the env's reward under the same reward rules
 and the observation as ``anchor_obs``. So every estimator treats it as one more trajectory of
-the group (GiGPO and BiPACE also compare its steps with the sampled ones at shared states).
+the group (step-level estimators also compare its steps with the sampled ones at shared states).
 
 What differs from a sampled episode, and why:
 
-* Its hidden state (BiPACE) comes from the backend's ``prompt_hidden``, a prefill of the guided
-  prompts, when the backend records hidden states; otherwise the learner's pass computes it.
+* Its hidden state (when the estimator asks for one, ``RowInputs.hidden_layer``) comes from the
+  backend's ``prompt_hidden``, a prefill of the guided prompts, when the backend records hidden
+  states; otherwise the learner's pass computes it.
+* Its rows say ``is_expert`` (the StepBatch column every later stage reads).
 * ``rollout_logprobs`` are 0: nothing sampled these tokens. Nothing downstream reads them; the
   learner's log-prob pass scores every row under the current policy (the PPO ratio starts at 1),
   so the clipped update limits how far one iteration moves toward the expert.
 * The episode is not in :attr:`RolloutResult.episodes`: success rates and the other episode
   metrics describe the policy's own rollouts. ``stats["guided_episodes"]`` counts them.
-* Its trajectory id is ``GUIDED_TRAJ_ID_BASE + group_id`` (unique across rollout workers).
+* Its trajectory id is ``GUIDED_TRAJ_ID_BASE + group_id`` (unique across rollout workers; nothing
+  reads the id to tell an expert row: ``is_expert`` says it).
 * An expert that does not win within ``env.max_steps``, whose response for some step would be
   longer than ``rollout.max_response_tokens`` (the policy could not write it), or whose solver
   raised on the env server, adds nothing (``stats["guided_dropped"]``).
@@ -104,6 +107,7 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
     info = {i: resets[i].info for i in live}
     history = {i: History() for i in live}
     won = dict.fromkeys(live, False)
+    total = dict.fromkeys(live, 0.0)
     usable = dict.fromkeys(live, True)
     episode: dict[int, list[dict[str, Any]]] = {i: [] for i in live}
     active = [i for i in live if plans[i]]
@@ -122,14 +126,16 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
             usable[i] = usable[i] and res.ok and len(tokens) <= cfg.max_response_tokens
             won_now = bool(res.info.get("won", False))
             reward = engine.step_reward(won_now, won[i], res.reward, p.valid, bool(res.info.get("noop")))
+            total[i] += reward.total
             done = res.done or not res.ok or step + 1 >= env_cfg.max_steps or step + 1 >= len(plans[i])
             group_id = groups[i][1]
             episode[i].append({
                 "group_id": group_id, "traj_id": GUIDED_TRAJ_ID_BASE + group_id, "step": step,
                 "prompt_ids": prompt, "response_ids": tokens, "response_mask": [1.0] * len(tokens),
-                "rollout_logprobs": [0.0] * len(tokens), "reward": reward, "done": done, "anchor_obs": anchors[i],
-                "action": p.action if p.valid else "", "action_valid": p.valid,
-                "task_type": str(info[i].get("task_type", "")),
+                "rollout_logprobs": [0.0] * len(tokens), **reward.columns(), "done": done,
+                "anchor_obs": anchors[i], "action": p.action if p.valid else "", "action_valid": p.valid,
+                "task_type": str(info[i].get("task_type", "")), "is_expert": True,
+                "policy_version": engine.policy_version,
                 "hidden": hidden[j] if hidden is not None else None,
             })
             won[i] = won[i] or won_now
@@ -145,27 +151,21 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
     for i in live:
         if not (won[i] and usable[i]):
             continue
-        total = sum(r["reward"] for r in episode[i])
         for r in episode[i]:
-            r["success"], r["episode_return"] = True, total
+            r["success"], r["episode_return"] = True, total[i]
         records.extend(episode[i])
         kept += 1
     return records, {"guided_episodes": float(kept), "guided_steps": float(len(records)),
                      "guided_dropped": float(len(groups) - kept)}
 
 
-def guided_rows(batch: StepBatch) -> torch.Tensor:
-    """Bool mask of the expert's (guided) rows: nothing sampled their tokens."""
-    return batch.traj_id >= GUIDED_TRAJ_ID_BASE
-
-
 def sampled_rows_of_guided_groups(batch: StepBatch) -> torch.Tensor:
     """Bool mask of the sampled (not expert) rows in groups that got an expert episode."""
-    guided = guided_rows(batch)
+    guided = batch.is_expert
     if not bool(guided.any()):
         return torch.zeros(len(batch), dtype=torch.bool)
     return torch.isin(batch.group_id, batch.group_id[guided].unique()) & ~guided
 
 
-__all__ = ["GUIDED_TRAJ_ID_BASE", "all_failed_groups", "expert_response", "guided_rows", "play_guided_episodes",
+__all__ = ["GUIDED_TRAJ_ID_BASE", "all_failed_groups", "expert_response", "play_guided_episodes",
            "sampled_rows_of_guided_groups"]

@@ -2,7 +2,7 @@
 
     group = RolloutWorkerGroup(model_dir, cfg.rollout, cfg.env, num_workers=2)
     result = group.run(tasks, group_size=8, seed=iteration)     # RolloutResult, ids global
-    group.load_weights(learner.packed_weights_for_rollout())    # each bucket stored once, mapped by all
+    group.load_weights(learner.packed_weights_for_rollout(), version=1)   # each bucket stored once, mapped by all
     group.close()
 
 The environments live in pool server actors (:mod:`agentrl.envs.server`), launched by the group
@@ -75,8 +75,8 @@ class RolloutWorker:
         self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
                                     max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
                                     seed=seed, vllm_cfg=rollout_cfg.vllm)
-        # BiPACE: the prefill records each prompt's hidden state (a backend that cannot, vLLM,
-        # leaves it to the learner's pass)
+        # the estimator's RowInputs.hidden_layer: the prefill records each prompt's hidden state (a
+        # backend that cannot, vLLM, leaves it to the learner's pass)
         if hidden_layer is not None:
             self.backend.record_hidden(hidden_layer)
         if isinstance(env_source, str):
@@ -100,9 +100,12 @@ class RolloutWorker:
         return self.engine.run(tasks, group_size, sampling=sampling.with_seed(seed), seed=seed,
                                group_ids=group_ids, traj_id_start=traj_id_start, expert_guidance=expert_guidance)
 
-    def load_weights(self, *buckets: PackedWeights) -> None:
-        """Load one sync's packed buckets (Ray hands them over as views of the object store)."""
+    def load_weights(self, *buckets: PackedWeights, version: int | None = None) -> None:
+        """Load one sync's packed buckets (Ray hands them over as views of the object store);
+        ``version``: the policy version they are (recorded on every later step as ``policy_version``)."""
         self.backend.load_weights(unpack_weights(buckets))
+        if version is not None:
+            self.engine.policy_version = int(version)
 
     def backend_stats(self) -> dict[str, float]:
         return self.backend.stats()
@@ -190,14 +193,17 @@ class RolloutWorkerGroup:
         result.stats["wall_s"] = time.perf_counter() - start
         return result
 
-    def load_weights(self, weights: Mapping[str, torch.Tensor] | Sequence[PackedWeights]) -> None:
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | Sequence[PackedWeights],
+                     version: int | None = None) -> None:
         """Load a ``{name: tensor}`` state dict or packed buckets
         (:mod:`agentrl.rollout.weight_transfer`) into every worker's backend. Each bucket goes into
-        Ray's object store once and every worker maps it from there without a copy."""
+        Ray's object store once and every worker maps it from there without a copy. ``version``: the
+        policy version of these weights (learner updates applied), stamped on the steps generated
+        with them (``StepBatch.policy_version``); None keeps the workers' current number."""
         import ray
 
         refs = [ray.put(bucket) for bucket in as_buckets(weights)]
-        ray.get([w.load_weights.remote(*refs) for w in self.workers])
+        ray.get([w.load_weights.remote(*refs, version=version) for w in self.workers])
 
     def backend_stats(self) -> list[dict[str, float]]:
         import ray

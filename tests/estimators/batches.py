@@ -7,9 +7,13 @@ import math
 from agentrl.data import StepBatch
 
 
-def record(group, traj, step, obs, reward, done, action="a", valid=True, hidden=None, response=(5, 6)):
+def record(group, traj, step, obs, reward, done, action="a", valid=True, hidden=None, response=(5, 6), penalty=0.1,
+           noop=0.0):
+    """One step record; ``reward`` is the env reward, an invalid row is charged ``penalty`` and any
+    row the no-op penalty ``noop``."""
     rec = dict(group_id=group, traj_id=traj, step=step, prompt_ids=[1, 2], response_ids=list(response),
-               reward=reward, done=done, success=False, anchor_obs=obs, action=action, action_valid=valid)
+               env_reward=reward, invalid_penalty=0.0 if valid else penalty, noop_penalty=noop, done=done,
+               success=False, anchor_obs=obs, action=action, action_valid=valid)
     if hidden is not None:
         rec["hidden"] = list(hidden)
     return rec
@@ -19,14 +23,14 @@ def two_trajectory_batch() -> StepBatch:
     """One group, two trajectories (the worked example of the tests).
 
     traj 0: A -(x)-> B -(y, reward 10, done)
-    traj 1: A -(z)-> C -(invalid, reward -0.1 = the penalty)-> B -(w, done)
+    traj 1: A -(z)-> C -(invalid: env reward 0, invalid_penalty 0.1)-> B -(w, done)
     Rows are stored in this order: (0,A) (0,B) (1,A) (1,C) (1,B). Hidden states are one-hot per
     observation (A, B, C).
     """
     one_hot = {"A": (1.0, 0.0, 0.0), "B": (0.0, 1.0, 0.0), "C": (0.0, 0.0, 1.0)}
     rows = [
         (0, 0, "A", 0.0, False, "x", True), (0, 1, "B", 10.0, True, "y", True),
-        (1, 0, "A", 0.0, False, "z", True), (1, 1, "C", -0.1, False, "", False), (1, 2, "B", 0.0, True, "w", True),
+        (1, 0, "A", 0.0, False, "z", True), (1, 1, "C", 0.0, False, "", False), (1, 2, "B", 0.0, True, "w", True),
     ]
     return StepBatch.from_records(record(0, t, s, o, r, d, a, v, one_hot[o]) for t, s, o, r, d, a, v in rows)
 

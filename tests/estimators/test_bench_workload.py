@@ -4,7 +4,7 @@ per-record references on a small copy of it."""
 import pytest
 import torch
 
-from agentrl.bench._estimators_reference import reference_advantages
+from agentrl.estimators.reference import reference_advantages
 from agentrl.bench.estimators import CASES, make_workload, workload_stats
 from agentrl.estimators import compute_advantages
 

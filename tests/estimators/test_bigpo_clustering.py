@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.bench._estimators_reference import reference_clusters
+from agentrl.estimators.reference import reference_clusters
 from agentrl.bench.estimators import make_workload
 from agentrl.estimators import bigpo_clustering, bigpo_native, native
 from agentrl.estimators.bigpo_clustering import DISTANCE_TOLERANCE, greedy_cosine_clusters

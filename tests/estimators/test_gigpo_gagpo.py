@@ -10,7 +10,8 @@ import math
 
 import torch
 
-from agentrl.estimators import action_level_ratio, compute_advantages, uses_action_level_ratio
+from agentrl.estimators import build_estimator, compute_advantages
+from agentrl.learner.losses import action_level_ratio
 
 from agentrl.data import StepBatch
 
@@ -45,7 +46,7 @@ def test_gigpo_mean_std_norm():
 
 
 def test_gigpo_penalty_in_reward_propagates():
-    # rewards as given: traj 1 = 0, -0.1, 0 -> G = -0.05, -0.1, 0; episode scores all -0.1 in traj 1
+    # the penalty as a reward: traj 1 = 0, -0.1, 0 -> G = -0.05, -0.1, 0; episode scores all -0.1 in traj 1
     adv, _ = compute_advantages("gigpo", two_trajectory_batch(), gamma=0.5, mode="mean_norm", penalty_mode="in_reward")
     # episode: mean (20 - 0.3) / 5 = 3.94; step A: 5, -0.05 -> mean 2.475; B: 10, 0 -> mean 5
     close(adv, [6.06 + 2.525, 6.06 + 5.0, -4.04 - 2.525, -4.04, -4.04 - 5.0])
@@ -90,9 +91,9 @@ def test_gagpo_lam_zero_is_one_step_td():
 
 
 def test_action_level_ratio_flag_and_value():
-    assert uses_action_level_ratio("gagpo")
-    assert not uses_action_level_ratio("gagpo", {"action_level_ratio": False})
-    assert not uses_action_level_ratio("gigpo", {"gamma": 0.9, "mode": "mean_norm"})
+    assert build_estimator("gagpo").loss_options().action_level_ratio
+    assert not build_estimator("gagpo", action_level_ratio=False).loss_options().action_level_ratio
+    assert not build_estimator("gigpo", gamma=0.9, mode="mean_norm").loss_options().action_level_ratio
     logp = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, 0.0, 0.0]])
     old = torch.tensor([[-1.5, -2.0, -2.0], [-2.0, 5.0, 5.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
@@ -117,3 +118,14 @@ def test_similarity_grouping_uses_difflib_where_the_lcs_bound_passes():
     seg, num = similar_anchor_segments(obs, group, 0.8)
     # group 0: a -> 0, b -> new (difflib 0.5), a + "c" joins a (difflib 0.96); group 1: "zzzz", a
     assert seg.tolist() == [0, 1, 2, 0, 1, 3] and num == 4
+
+
+def test_gigpo_similarity_groups_anchors_at_exactly_the_threshold():
+    # "abcde" and "abcdX": difflib's ratio is exactly 0.8, so at threshold 0.8 they share a step
+    # group (difflib's >=). The old pre-filter dropped such ties: two singleton groups, step term 0
+    batch = StepBatch.from_records([record(0, 0, 0, "abcde", 0.0, True), record(0, 1, 0, "abcdX", 1.0, True)])
+    adv, diag = compute_advantages("gigpo", batch, enable_similarity=True, similarity_thresh=0.8)
+    # episode term: returns 0 and 1 -> -+1/sqrt(2); step term in one group -> -+1/sqrt(2): sum -+1.414
+    h = 1 / math.sqrt(2)
+    close(adv, [-2 * h, 2 * h])
+    assert diag["num_step_groups"] == 1.0

@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentrl.estimators import build_estimator
 from agentrl.learner.engine import Learner, sampled_logprobs, warn_if_zero3_on_one_rank
 from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches, sequence_lengths
-from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
 from agentrl.rollout.weight_transfer import unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
 
@@ -27,10 +27,7 @@ def hf_model(model_dir):
 
 
 def make_learner(model_dir, **learner):
-    cfg = learner_config(**learner)
-    cfg.algorithm.estimator = "bipace"
-    cfg.algorithm.bipace.hidden_layer = HIDDEN_LAYER
-    return Learner(cfg, model_dir)
+    return Learner(learner_config(**learner), model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +121,7 @@ def test_micro_batches_group_rows_of_similar_length_on_each_rank():
 def test_compute_logprobs_matches_hugging_face(stage, zero2, zero3, hf_model):
     learner = zero2 if stage == 2 else zero3
     batch = step_batch(5, seed=1)
-    filled = learner.compute_logprobs(batch)
+    filled = learner.compute_logprobs(batch, hidden_layer=HIDDEN_LAYER)
     expected_logprobs, expected_hidden = reference_pass(hf_model, batch)
     trained = batch.response_mask > 0
     assert filled.old_logprobs.shape == batch.response_ids.shape
@@ -155,15 +152,11 @@ def test_logprobs_and_entropy_follow_the_rollout_temperature(model_dir, hf_model
     assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-6)
 
 
-def test_hidden_only_for_bipace_and_layer_checked(zero2):
+def test_hidden_only_when_asked_and_layer_checked(zero2):
     batch = step_batch(3, seed=2)
-    assert zero2.compute_logprobs(batch, with_hidden=False).hidden is None
-    zero2.cfg.algorithm.bipace.hidden_layer = -8
-    try:
-        with pytest.raises(ValueError, match="hidden_layer"):
-            zero2.compute_logprobs(batch)
-    finally:
-        zero2.cfg.algorithm.bipace.hidden_layer = HIDDEN_LAYER
+    assert zero2.compute_logprobs(batch).hidden is None
+    with pytest.raises(ValueError, match="hidden_layer"):
+        zero2.compute_logprobs(batch, hidden_layer=-8)
 
 
 # ----------------------------------------------------------------------------------------- update
@@ -192,10 +185,9 @@ def test_update_changes_weights_and_lowers_the_loss_on_a_fixed_batch(zero2):
 def test_rollout_is_cap_weights_sampled_tokens_and_leaves_expert_rows_at_one(model_dir):
     learner = make_learner(model_dir, rollout_is_cap=2.0)
     batch = learner.compute_logprobs(step_batch(6, seed=9))
-    traj_id = batch.traj_id.clone()
-    traj_id[0] = GUIDED_TRAJ_ID_BASE          # an expert's row: its rollout log-probs are 0
+    is_expert = torch.arange(6) == 0          # an expert's row: its rollout log-probs are 0
     rollout = (batch.old_logprobs - math.log(3.0)).masked_fill(torch.arange(6).unsqueeze(1) == 0, 0.0)
-    batch = batch.with_columns(traj_id=traj_id, rollout_logprobs=rollout)
+    batch = batch.with_columns(is_expert=is_expert, rollout_logprobs=rollout)
     assert torch.equal(sampled_logprobs(batch)[0], batch.old_logprobs[0])
     metrics = learner.update(batch)
     # pi_old / pi_rollout = 3 on every sampled token (capped at 2), 1 on the expert's
@@ -217,9 +209,11 @@ def test_non_finite_advantages_skip_the_optimizer_step(zero2):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_action_level_ratio_is_used_for_gagpo(zero2):
-    assert zero2.loss_settings("gagpo").action_level_ratio
-    assert not zero2.loss_settings("grpo").action_level_ratio
+def test_the_estimators_loss_options_reach_the_loss(zero2):
+    assert zero2.loss_settings(build_estimator("gagpo").loss_options()).action_level_ratio
+    assert not zero2.loss_settings(build_estimator("gagpo", action_level_ratio=False).loss_options()).action_level_ratio
+    assert not zero2.loss_settings(build_estimator("grpo").loss_options()).action_level_ratio
+    assert not zero2.loss_settings().action_level_ratio
 
 
 # -------------------------------------------------------------------------- checkpoints / export

@@ -6,8 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from agentrl.estimators import action_level_ratio
-from agentrl.learner.losses import (LossSettings, aggregate, entropy_from_logits, importance_log_ratio,
+from agentrl.learner.losses import (LossSettings, action_level_ratio, aggregate, entropy_from_logits, importance_log_ratio,
                                     inputs_finite, kl_penalty, loss_denominator, policy_loss, ppo_clip_token_losses,
                                     rollout_is_weights, token_logprobs)
 

@@ -23,8 +23,6 @@ def group(model_dir, ranks, stage):
     # 7 rows, micro 3: rank 1 gets 3 rows (one micro-batch) while rank 0 runs two, so rank 1 pads
     # with an empty one; the update's mini-batch of 7 splits 4/3 over the ranks
     cfg = learner_config(num_ranks=ranks, zero_stage=stage, mini_batch_size=7, micro_batch_size=3, ppo_epochs=2)
-    cfg.algorithm.estimator = "bipace"
-    cfg.algorithm.bipace.hidden_layer = -1
     return LearnerGroup(cfg, model_dir)
 
 
@@ -36,7 +34,7 @@ def test_two_ranks_through_ray_equal_one_rank(stage, model_dir, ray_cluster):
     try:
         assert single.local is not None and len(pair.actors) == 2
         assert ray.get([actor.denormals_flushed.remote() for actor in pair.actors]) == [True, True]
-        one, two = single.compute_logprobs(batch), pair.compute_logprobs(batch)
+        one, two = single.compute_logprobs(batch, hidden_layer=-1), pair.compute_logprobs(batch, hidden_layer=-1)
         for name in ("old_logprobs", "ref_logprobs", "hidden"):
             assert torch.allclose(getattr(one, name), getattr(two, name), atol=1e-6), name
         for _ in range(2):

@@ -7,7 +7,6 @@ import torch
 
 from agentrl.data import StepBatch
 from agentrl.envs import TaskRef
-from agentrl.estimators import BiGPOState
 from agentrl.learner.engine import Learner
 from agentrl.rollout.engine import EpisodeResult, RolloutResult
 from agentrl.task_schedule import TaskSchedule
@@ -24,8 +23,8 @@ class RecordedRollout:
     def run(self, tasks, group_size, seed, expert_guidance=False):
         return self.result
 
-    def load_weights(self, state_dict):
-        pass
+    def load_weights(self, state_dict, version=None):
+        self.version = version
 
 
 class CountingLearner:
@@ -34,9 +33,9 @@ class CountingLearner:
     def __init__(self, learner: Learner):
         self.learner, self.passes = learner, []
 
-    def compute_logprobs(self, batch, with_hidden=None):
-        self.passes.append((len(batch), with_hidden))
-        return self.learner.compute_logprobs(batch, with_hidden)
+    def compute_logprobs(self, batch, hidden_layer=None):
+        self.passes.append((len(batch), hidden_layer))
+        return self.learner.compute_logprobs(batch, hidden_layer)
 
     def __getattr__(self, name):
         return getattr(self.learner, name)
@@ -59,10 +58,10 @@ def recorded_rollout() -> RolloutResult:
     return RolloutResult(batch=StepBatch.from_records(records, pad_id=1), episodes=outcomes)
 
 
-@pytest.mark.parametrize("estimator, recorded_hidden, rows_scored, with_hidden", [
-    ("grpo", False, 3, False), ("bipace", False, 7, True), ("bipace", True, 3, False)])
+@pytest.mark.parametrize("estimator, recorded_hidden, rows_scored, hidden_layer", [
+    ("grpo", False, 3, None), ("bipace", False, 7, 1), ("bipace", True, 3, None)])
 def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
-        tmp_path, estimator, recorded_hidden, rows_scored, with_hidden):
+        tmp_path, estimator, recorded_hidden, rows_scored, hidden_layer):
     cfg = learner_config(skip_zero_advantage=True, mini_batch_size=8)
     cfg.algorithm.estimator = estimator
     cfg.algorithm.grpo.norm_by_std = False
@@ -74,14 +73,15 @@ def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
         learner = Learner(cfg, write_tiny_model(tmp_path / "model"))
         rollout = recorded_rollout()
         if recorded_hidden:     # what the torch backend's prefill records (tests/rollout/test_torch_backend.py)
-            hidden = learner.compute_logprobs(rollout.batch, with_hidden=True).hidden
+            hidden = learner.compute_logprobs(rollout.batch, hidden_layer=1).hidden
             rollout.batch = rollout.batch.with_columns(hidden=hidden)
         trainer.learner = CountingLearner(learner)
         trainer.rollout = RecordedRollout(rollout)
-        metrics = trainer.iteration(1, TaskSchedule("train", 2, 2, seed=0), BiGPOState())
+        metrics = trainer.iteration(1, TaskSchedule("train", 2, 2, seed=0), trainer.estimator.new_state())
     finally:
         trainer.tracker.close()
-    assert trainer.learner.passes == [(rows_scored, with_hidden)]
+    assert trainer.learner.passes == [(rows_scored, hidden_layer)]
+    assert trainer.rollout.version == 1      # the weights after iteration 1's update are policy version 1
     assert metrics["learner/optimizer_steps"] == 1.0 and metrics["time/learner_pass_s"] > 0
     # the recorded rollout reports log-probs of 0, so the gap is the learner's own -log p of those tokens
     assert metrics["learner/rollout_logprob_gap_max"] >= metrics["learner/rollout_logprob_gap_mean"] > 1.0

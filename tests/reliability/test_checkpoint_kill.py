@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from agentrl.estimators import compute_advantages
+from agentrl.estimators import compute_advantages, registered_names
 from agentrl.learner.engine import Learner
 from agentrl.run_state import RunDirectory, TrainerState
 
@@ -89,11 +89,12 @@ def test_non_finite_numbers_never_reach_the_optimizer(tmp_path):
 
     # all-invalid responses with constant rewards: every estimator gives finite (zero) advantages
     invalid = batch.with_columns(action_valid=torch.zeros(len(batch), dtype=torch.bool),
-                                 reward=torch.full((len(batch),), -0.1), success=torch.zeros(len(batch), dtype=torch.bool),
+                                 env_reward=torch.zeros(len(batch)), invalid_penalty=torch.full((len(batch),), 0.1),
+                                 success=torch.zeros(len(batch), dtype=torch.bool),
                                  episode_return=torch.full((len(batch),), -0.1),
                                  hidden=torch.randn(len(batch), 8))
-    for name in ("grpo", "rloo", "gigpo", "gagpo", "bipace"):
-        advantages, _ = compute_advantages(name, invalid, invalid_action_penalty=0.1)
+    for name in registered_names():
+        advantages, _ = compute_advantages(name, invalid)
         assert torch.isfinite(advantages).all(), name
         metrics = learner.update(invalid.with_columns(advantages=advantages))
         assert torch.isfinite(torch.tensor(metrics["loss"])), name

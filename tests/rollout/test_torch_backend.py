@@ -229,6 +229,6 @@ def test_recorded_hidden_states_equal_hf_hidden_states_at_each_prompts_last_toke
 def test_record_hidden_rejects_a_layer_the_model_does_not_have(tiny_model_dir):
     backend = TorchBackend.from_pretrained(tiny_model_dir)
     layers = backend.model.config.num_hidden_layers
-    with pytest.raises(ValueError, match=rf"algorithm.bipace.hidden_layer={layers + 1} .*-{layers + 1}\.\.{layers}"):
+    with pytest.raises(ValueError, match=rf"hidden-state layer {layers + 1} .*-{layers + 1}\.\.{layers}"):
         backend.record_hidden(layers + 1)
     assert backend.hidden_index is None

@@ -13,8 +13,9 @@ logits). This is what verl records and what the learner recomputes (it divides i
 same temperature), so the importance ratio starts at exactly 1 up to numerics.
 
 Hidden states (optional): after ``record_hidden(index)`` returns True, every ``Generation`` also
-carries ``hidden``, the model's ``hidden_states[index]`` at the prompt's last token (the state
-BiPACE clusters), taken from the prefill the backend runs anyway, and ``prompt_hidden(prompts)``
+carries ``hidden``, the model's ``hidden_states[index]`` at the prompt's last token (the state an
+estimator asks for with ``RowInputs.hidden_layer``), taken from the prefill the backend runs
+anyway, and ``prompt_hidden(prompts)``
 gives the same state for prompts it does not answer (expert-guided steps). A backend that cannot
 (vLLM) returns False and the learner's log-prob pass computes the states instead.
 """

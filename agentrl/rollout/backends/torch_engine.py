@@ -31,7 +31,8 @@ tokens sampled for a given seed changed when it replaced ``multinomial``.) Log-p
 same logits the sampler used: ``log_softmax(logits / T)`` of the sampled token, before top-k/top-p
 filtering (verl's convention; see :mod:`agentrl.rollout.backends.base`).
 
-Hidden states (:meth:`TorchBackend.record_hidden`, on when the estimator is BiPACE): a forward
+Hidden states (:meth:`TorchBackend.record_hidden`, on when the estimator asks for them through
+``RowInputs.hidden_layer``): a forward
 hook on the configured layer keeps ``[rows, d]`` at each row's last prompt token during the
 prefill's last forward for that row (the one that reads its logits), so ``Generation.hidden``
 costs no extra pass; it matches the learner's log-prob pass on the same weights up to float

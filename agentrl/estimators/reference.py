@@ -1,12 +1,14 @@
-"""Straightforward per-record Python implementations of the advantage estimators.
+"""The estimators' specification: per-record Python, written to be read.
 
-They are the yardstick of ``agentrl bench estimators``: written the way the reference code
-reads (dicts of lists, loops over records, a backward loop per trajectory, a distance per
-centroid), they must give the same advantages as :mod:`agentrl.estimators` to 1e-6. They take
-the same params dataclasses, so both sides always mean the same configuration.
+Each built-in estimator has a straightforward implementation here, written the way the papers and
+their reference code read (dicts of lists, loops over records, a backward loop per trajectory, a
+distance per centroid), in float64 throughout. The vectorised estimators of this package must give
+the same advantages to 1e-6 (``tests/estimators`` check it on hand-made and random batches, and
+``agentrl bench estimators`` times both). They take the same ``Params`` objects, so both sides
+always mean the same configuration; :data:`REFERENCES` maps each estimator name to its function.
 
-The leading underscore keeps this module out of the ``agentrl bench`` targets; it is used by
-``agentrl bench estimators`` and by ``tests/estimators``.
+Rewards come from the StepBatch's columns: the step reward is ``env_reward - noop_penalty`` and
+the invalid-action penalty ``invalid_penalty`` enters per ``penalty_mode`` (nothing is added back).
 """
 
 from __future__ import annotations
@@ -40,24 +42,35 @@ def _trajectories(batch: StepBatch) -> dict[int, list[int]]:
     return {t: sorted(rows, key=lambda i: steps[i]) for t, rows in traj.items()}
 
 
-def reference_returns(batch: StepBatch, gamma: float, penalty: float, penalty_mode: str):
-    """(episode score, trajectory return, step return) per row, as Python lists."""
+def reference_returns(batch: StepBatch, gamma: float, penalty_mode: str):
+    """(episode score, trajectory return, step return, row penalty) per row, as Python lists.
+
+    ``after_discount``: rewards without the invalid-action penalty are summed and discounted, and
+    the penalty is then charged to its own row's score and step return. ``in_reward``: the
+    penalty is one more reward of its row (and no row is charged separately).
+    """
     n = len(batch)
-    reward = batch.reward.tolist()
-    episode_return = batch.episode_return.tolist()
-    valid = batch.action_valid.tolist()
-    score, traj_return, step_return = [0.0] * n, [0.0] * n, [0.0] * n
+    env_reward = [float(x) for x in batch.env_reward.tolist()]
+    noop = [float(x) for x in batch.noop_penalty.tolist()]
+    invalid = [float(x) for x in batch.invalid_penalty.tolist()]
+    score, traj_return, step_return, row_penalty = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
     for rows in _trajectories(batch).values():
-        charged = {i: (penalty if (penalty_mode == "after_discount" and not valid[i]) else 0.0) for i in rows}
-        clean_total = episode_return[rows[0]] + sum(charged.values())
+        if penalty_mode == "after_discount":
+            reward = {i: env_reward[i] - noop[i] for i in rows}
+            charged = {i: invalid[i] for i in rows}
+        else:
+            reward = {i: env_reward[i] - noop[i] - invalid[i] for i in rows}
+            charged = {i: 0.0 for i in rows}
+        total = sum(reward[i] for i in rows)
         running = 0.0
         for i in reversed(rows):
-            running = (reward[i] + charged[i]) + gamma * running
+            running = reward[i] + gamma * running
             step_return[i] = running - charged[i]
         for i in rows:
-            traj_return[i] = clean_total
-            score[i] = clean_total - charged[i]
-    return score, traj_return, step_return
+            traj_return[i] = total
+            score[i] = total - charged[i]
+            row_penalty[i] = charged[i]
+    return score, traj_return, step_return, row_penalty
 
 
 def _groups(keys: list) -> dict:
@@ -67,7 +80,10 @@ def _groups(keys: list) -> dict:
     return out
 
 
-def reference_episode(batch: StepBatch, score, traj_return, by_std: bool, eps: float, stats: str) -> list[float]:
+def reference_episode(batch: StepBatch, score, traj_return, row_penalty, by_std: bool, eps: float,
+                      stats: str) -> list[float]:
+    """The episode term: ``steps`` normalises the rows' scores; ``trajectories`` normalises the
+    trajectory returns over one per trajectory and then charges the row's own penalty."""
     groups = batch.group_id.tolist()
     out = [0.0] * len(batch)
     for rows in _groups(groups).values():
@@ -82,7 +98,10 @@ def reference_episode(batch: StepBatch, score, traj_return, by_std: bool, eps: f
                     values.append(traj_return[i])
         mean, std = (0.0, 1.0) if len(values) == 1 else (_mean(values), _std(values))
         for i in rows:
-            out[i] = (score[i] - mean) / (std + eps) if by_std else score[i] - mean
+            if stats == "steps":
+                out[i] = (score[i] - mean) / (std + eps) if by_std else score[i] - mean
+            else:
+                out[i] = ((traj_return[i] - mean) / (std + eps) if by_std else traj_return[i] - mean) - row_penalty[i]
     return out
 
 
@@ -98,12 +117,12 @@ def _normalise_step(values: list[float], members: dict, by_std: bool, eps: float
 
 # ----- estimators -------------------------------------------------------------------------------------
 def reference_grpo(batch: StepBatch, p) -> list[float]:
-    score, traj_return, _ = reference_returns(batch, 1.0, p.invalid_action_penalty, p.penalty_mode)
-    return reference_episode(batch, score, traj_return, p.norm_by_std, p.epsilon, p.episode_stats)
+    score, traj_return, _, charged = reference_returns(batch, 1.0, p.penalty_mode)
+    return reference_episode(batch, score, traj_return, charged, p.norm_by_std, p.epsilon, p.episode_stats)
 
 
 def reference_rloo(batch: StepBatch, p) -> list[float]:
-    score, traj_return, _ = reference_returns(batch, 1.0, p.invalid_action_penalty, p.penalty_mode)
+    score, traj_return, _, _ = reference_returns(batch, 1.0, p.penalty_mode)
     out = [0.0] * len(batch)
     for rows in _groups(batch.group_id.tolist()).values():
         if p.episode_stats == "steps":
@@ -144,15 +163,15 @@ def reference_anchor_groups(batch: StepBatch, similarity: bool, thresh: float) -
 
 def reference_gigpo(batch: StepBatch, p) -> list[float]:
     by_std = p.mode == "mean_std_norm"
-    score, traj_return, step_return = reference_returns(batch, p.gamma, p.invalid_action_penalty, p.penalty_mode)
-    episode = reference_episode(batch, score, traj_return, by_std, p.epsilon, p.episode_stats)
+    score, traj_return, step_return, charged = reference_returns(batch, p.gamma, p.penalty_mode)
+    episode = reference_episode(batch, score, traj_return, charged, by_std, p.epsilon, p.episode_stats)
     anchors = reference_anchor_groups(batch, p.enable_similarity, p.similarity_thresh)
     step = _normalise_step(step_return, anchors, by_std, p.epsilon)
     return [e + p.step_advantage_w * s for e, s in zip(episode, step)]
 
 
 def reference_gagpo(batch: StepBatch, p) -> list[float]:
-    _, _, step_return = reference_returns(batch, p.gamma, p.invalid_action_penalty, p.penalty_mode)
+    _, _, step_return, _ = reference_returns(batch, p.gamma, p.penalty_mode)
     value = [0.0] * len(batch)
     for rows in reference_anchor_groups(batch, False, 1.0).values():
         v = _mean([step_return[i] for i in rows])
@@ -208,8 +227,8 @@ def reference_clusters(batch: StepBatch, eps: float, centroid: str) -> list[int]
 
 def reference_bipace(batch: StepBatch, p, eps: float | None = None) -> list[float]:
     by_std = p.mode == "mean_std_norm"
-    score, traj_return, step_return = reference_returns(batch, p.gamma, p.invalid_action_penalty, p.penalty_mode)
-    episode = reference_episode(batch, score, traj_return, by_std, p.epsilon, p.episode_stats)
+    score, traj_return, step_return, charged = reference_returns(batch, p.gamma, p.penalty_mode)
+    episode = reference_episode(batch, score, traj_return, charged, by_std, p.epsilon, p.episode_stats)
     labels = reference_clusters(batch, p.eps if eps is None else eps, p.centroid)
     if p.pace == "first_token":
         ids, mask = batch.response_ids.tolist(), batch.response_mask.tolist()
@@ -239,15 +258,32 @@ def reference_bipace(batch: StepBatch, p, eps: float | None = None) -> list[floa
     return [e + p.step_advantage_w * s for e, s in zip(episode, step)]
 
 
+def reference_reinforce_pp(batch: StepBatch, p) -> list[float]:
+    score, traj_return, _, _ = reference_returns(batch, 1.0, p.penalty_mode)
+    diff = [0.0] * len(batch)
+    for rows in _groups(batch.group_id.tolist()).values():
+        if p.episode_stats == "steps":
+            members = [score[i] for i in rows]
+        else:
+            members = list({int(batch.traj_id[i]): traj_return[i] for i in rows}.values())
+        for i in rows:
+            diff[i] = 0.0 if len(members) == 1 else score[i] - _mean(members)
+    if not p.whiten or len(diff) < 2:
+        return diff
+    mean, std = _mean(diff), _std(diff)
+    return [(d - mean) / (std + p.epsilon) for d in diff]
+
+
 REFERENCES = {
-    "grpo": reference_grpo, "rloo": reference_rloo, "gigpo": reference_gigpo, "gagpo": reference_gagpo,
-    "bipace": reference_bipace,
+    "grpo": reference_grpo, "rloo": reference_rloo, "reinforce_pp": reference_reinforce_pp,
+    "gigpo": reference_gigpo, "gagpo": reference_gagpo, "bipace": reference_bipace,
 }
 
 
 def reference_advantages(name: str, batch: StepBatch, **params) -> torch.Tensor:
-    from agentrl.estimators import PARAMS
-    from agentrl.estimators.registry import resolve_params
+    """The reference advantages of estimator ``name`` with ``params`` (shared keys it does not read
+    are ignored, as in :func:`agentrl.estimators.compute_advantages`)."""
+    from agentrl.estimators.registry import build_params, estimator_class
 
-    resolved = resolve_params(name, PARAMS[name], params)
+    resolved = build_params(estimator_class(name), params)
     return torch.tensor(REFERENCES[name](batch, resolved), dtype=torch.float64)
