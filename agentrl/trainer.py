@@ -1,15 +1,17 @@
 """The training loop, top to bottom, as the algorithm reads:
 
     starting policy (tiny: tokenizer + model + SFT warm start)
+    estimator from the registry: its parameters, the row inputs it needs, its loss options, its state
     for each iteration:
         rollout      tasks x G episodes through the env servers          -> StepBatch
-                     (BiPACE: the torch backend's prefill also records each prompt's hidden state)
+                     (with the hidden state the estimator asks for, when the backend records it)
         estimate     advantages with the configured estimator            (pure function)
         learner pass old log-probs, reference log-probs                  (one forward pass over
-                     the rows the update trains on; when the backend recorded no hidden states
-                     (vLLM), BiPACE's pass runs before the estimator, over every row, and gives them)
-        update       PPO epochs over mini-batches                         (DeepSpeed ZeRO)
-        sync         new weights into the rollout workers
+                     the rows the update trains on; when the estimator needs hidden states the
+                     backend did not record (vLLM), the pass runs before the estimator, over every
+                     row, and gives them)
+        update       PPO epochs over mini-batches, the estimator's loss options  (DeepSpeed ZeRO)
+        sync         new weights (policy version = iteration) into the rollout workers
         log / validate / checkpoint
 
 Components live elsewhere (``agentrl.rollout``, ``agentrl.learner``, ``agentrl.estimators``);
@@ -28,31 +30,13 @@ from agentrl.config import Config, config_to_dict
 from agentrl.curriculum import PrioritizedSchedule
 from agentrl.denormals import warn_unless_flushed
 from agentrl.errors import UsageError
-from agentrl.estimators import PARAMS, BiGPOState, compute_advantages
+from agentrl.estimators import Estimator, estimator_from_config
 from agentrl.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
-from agentrl.rollout.guidance import guided_rows, sampled_rows_of_guided_groups
+from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.run_state import CheckpointNotWritten, RunDirectory, TrainerState
 from agentrl.task_schedule import TaskSchedule
 from agentrl.tracking import Tracker
-
-
-def rollout_hidden_layer(cfg: Config) -> int | None:
-    """The hidden-state layer the rollout records (BiPACE's ``algorithm.bipace.hidden_layer``), or None."""
-    return cfg.algorithm.bipace.hidden_layer if cfg.algorithm.estimator == "bipace" else None
-
-
-def estimator_params(cfg: Config) -> dict[str, Any]:
-    """The keyword arguments of ``compute_advantages`` from ``algorithm.*`` (shared keys + the
-    estimator's own section) and the rollout's invalid-action penalty."""
-    algo = cfg.algorithm
-    section = {"rloo": "grpo"}.get(algo.estimator, algo.estimator)
-    accepted = {f.name for f in dataclasses.fields(PARAMS[algo.estimator])}
-    candidates = {"gamma": algo.gamma, "step_advantage_w": algo.step_advantage_w, "mode": algo.mode,
-                  "epsilon": algo.epsilon, "episode_stats": algo.episode_stats, "penalty_mode": algo.penalty_mode,
-                  "invalid_action_penalty": cfg.rollout.invalid_action_penalty,
-                  **dataclasses.asdict(getattr(algo, section))}
-    return {k: v for k, v in candidates.items() if k in accepted}
 
 
 def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
@@ -92,7 +76,7 @@ def rollout_logprob_gap(batch) -> dict[str, float]:
     tokens, so their rollout log-probs are 0."""
     if len(batch) == 0 or batch.old_logprobs is None:
         return {}
-    sampled = ~guided_rows(batch).unsqueeze(1) & (batch.response_mask > 0)
+    sampled = ~batch.is_expert.unsqueeze(1) & (batch.response_mask > 0)
     if not bool(sampled.any()):
         return {}
     gap = (batch.old_logprobs.float() - batch.rollout_logprobs.float()).abs()[sampled]
@@ -119,9 +103,10 @@ def task_schedule(cfg: Config, saved: dict[str, Any] | None = None):
     return TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
 
 
-def saved_state(state: TrainerState, iteration: int, estimator_state: BiGPOState, schedule) -> TrainerState:
+def saved_state(state: TrainerState, iteration: int, estimator_state: Any, schedule) -> TrainerState:
     """What a checkpoint after ``iteration`` records besides the weights."""
-    return dataclasses.replace(state, iteration=iteration, estimator_state=estimator_state.as_dict(),
+    return dataclasses.replace(state, iteration=iteration,
+                               estimator_state=estimator_state.as_dict() if estimator_state is not None else None,
                                schedule_state=schedule.as_dict())
 
 
@@ -137,6 +122,7 @@ class Trainer:
         self.cfg = cfg
         self.run = RunDirectory.create(cfg, recipe)
         self.tracker = Tracker(self.run.path, cfg.logging, self.run.name, config_dict=config_to_dict(cfg))
+        self.estimator: Estimator = estimator_from_config(cfg.algorithm)
         self.rollout = None
         self.learner = None
 
@@ -160,7 +146,8 @@ class Trainer:
         self.rollout = RolloutWorkerGroup(model_dir, self.cfg.rollout, self.cfg.env, device=device,
                                           env_url=self.cfg.env.server_url,
                                           dtype=self.cfg.model.dtype if device == "cuda" else "float32",
-                                          num_gpus_per_worker=gpus_per_worker, hidden_layer=rollout_hidden_layer(self.cfg))
+                                          num_gpus_per_worker=gpus_per_worker,
+                                          hidden_layer=self.estimator.row_inputs().hidden_layer)
 
     def warn_if_local_learner_keeps_denormals(self) -> None:
         """A one-rank CPU learner runs in this process: warn when its floats are not flushed (the
@@ -183,9 +170,9 @@ class Trainer:
         if state.iteration > 0:
             self.learner.load_checkpoint(str(self.run.learner_checkpoint(state.iteration)))
             self.tracker.status(f"resumed {self.run.name} after iteration {state.iteration}")
-        self.rollout.load_weights(self.learner.packed_weights_for_rollout())
+        self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=state.iteration)
         schedule = task_schedule(cfg, state.schedule_state)
-        estimator_state = BiGPOState.from_dict(state.estimator_state) if state.estimator_state else BiGPOState()
+        estimator_state = self.estimator.restore_state(state.estimator_state)
         if state.iteration == 0 and cfg.trainer.eval_before_train and cfg.trainer.eval_every > 0:
             self.validate(0)
         for iteration in range(state.iteration + 1, cfg.trainer.iterations + 1):
@@ -222,7 +209,7 @@ class Trainer:
         self.tracker.status(f"checkpoint after iteration {state.iteration} written in {time.perf_counter() - t:.1f}s")
         return where
 
-    def iteration(self, iteration: int, schedule, estimator_state: BiGPOState) -> dict[str, float]:
+    def iteration(self, iteration: int, schedule, estimator_state: Any) -> dict[str, float]:
         cfg, times = self.cfg, {}
         tasks = schedule.tasks_for(iteration)
         schedule_metrics = schedule.metrics(tasks)
@@ -233,37 +220,37 @@ class Trainer:
         times["time/rollout_s"] = time.perf_counter() - t
         schedule.record(result.episodes)    # the prioritized curriculum's outcomes per goal
 
-        # BiPACE clusters the actor's hidden states: the torch backend records them in its prefill;
-        # when the rollout brought none (vLLM) the learner pass runs before the estimator, over every
-        # row. Otherwise the pass runs after the estimator, over the rows the update trains on (with
+        # an estimator that reads hidden states gets them from the rollout backend's prefill; when
+        # the rollout brought none (vLLM) the learner pass runs before the estimator, over every row.
+        # Otherwise the pass runs after the estimator, over the rows the update trains on (with
         # skip_zero_advantage, often half or fewer)
-        estimator, batch = cfg.algorithm.estimator, result.batch
-        pass_first = estimator == "bipace" and batch.hidden is None
+        estimator, batch = self.estimator, result.batch
+        hidden_layer = estimator.row_inputs().hidden_layer
+        pass_first = hidden_layer is not None and batch.hidden is None
         times["time/learner_pass_s"] = 0.0
         if pass_first:
             t = time.perf_counter()
-            batch = self.learner.compute_logprobs(batch, with_hidden=True)
+            batch = self.learner.compute_logprobs(batch, hidden_layer=hidden_layer)
             times["time/learner_pass_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        advantages, diagnostics = compute_advantages(estimator, batch, state=estimator_state,
-                                                     **estimator_params(cfg))
+        advantages, diagnostics = estimator.advantages(batch, estimator_state)
         batch = batch.with_columns(advantages=guided_advantages(batch, advantages, cfg.rollout))
         times["time/estimate_s"] = time.perf_counter() - t
         batch, kept = rows_to_train(batch, cfg.learner.skip_zero_advantage)
 
         if not pass_first and len(batch):
             t = time.perf_counter()
-            batch = self.learner.compute_logprobs(batch, with_hidden=False)
+            batch = self.learner.compute_logprobs(batch)
             times["time/learner_pass_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
         # a batch without a trained row (every advantage 0 and skipped) makes no optimizer step
-        update = self.learner.update(batch, estimator) if len(batch) else {"optimizer_steps": 0.0}
+        update = self.learner.update(batch, estimator.loss_options()) if len(batch) else {"optimizer_steps": 0.0}
         times["time/update_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        self.rollout.load_weights(self.learner.packed_weights_for_rollout())
+        self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=iteration)
         times["time/sync_s"] = time.perf_counter() - t
         times["time/iteration_s"] = sum(times.values())
 
@@ -276,7 +263,7 @@ class Trainer:
         metrics.update(times)
         return metrics
 
-    def stop_on_env_failures(self, iteration: int, state: TrainerState, estimator_state: BiGPOState,
+    def stop_on_env_failures(self, iteration: int, state: TrainerState, estimator_state: Any,
                              schedule, err: Exception) -> None:
         """Save the last finished iteration (if not saved yet) and stop with one line naming the fix."""
         done = iteration - 1
