@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 import pytest
 
 from agentrl.envs.webshop.nouns import HeuristicNounTagger, LexiconNounTagger
@@ -80,6 +82,59 @@ def test_attribute_fuzzy_threshold_is_strictly_above_85():
     _, far = purchase_reward(product(Attributes=["hand wash only"], **plain), wanted, 1.0, {},
                              simple_nouns)
     assert far["num_attr_matches"] == 0
+
+
+PLAIN_TEXT = {"Title": "t", "BulletPoints": [], "Description": ""}
+
+
+def _attr_matches(product_attr: str, goal_attr: str) -> int:
+    _, parts = purchase_reward(product(Attributes=[product_attr], **PLAIN_TEXT),
+                               goal(attributes=[goal_attr], goal_options=[]), 1.0, {},
+                               simple_nouns)
+    return parts["num_attr_matches"]
+
+
+def test_attribute_score_just_above_85_rounds_to_85_and_does_not_match():
+    # thefuzz 0.19.0 (the original's pin) scores with difflib, rounded: best pair is
+    # 'durable protection mtareail' / 'durable protection material', 23 matched of 54 characters
+    # -> raw 85.185 -> 85, not > 85. (An LCS/Indel ratio, e.g. rapidfuzz's, finds 24: 88.9.)
+    raw = 100 * difflib.SequenceMatcher(None, "durable protection mtareail",
+                                        "durable protection material").ratio()
+    assert raw == pytest.approx(85.185, abs=1e-3)
+    assert token_set_ratio("durable mtareail protection", "durable material protection") == 85
+    assert _attr_matches("durable mtareail protection", "durable material protection") == 0
+
+
+def test_attribute_score_rounding_up_to_86_matches():
+    # 'chew resistant' / 'heat resistant': 12 of 28 characters -> raw 85.714 -> 86 > 85
+    assert token_set_ratio("chew resistant", "heat resistant") == 86
+    assert _attr_matches("chew resistant", "heat resistant") == 1
+    # the same after processing: U+2011 (non-breaking hyphen) becomes a space, upper case lowered
+    assert token_set_ratio("Chew\u2011Resistant", "heat resistant") == 86
+    assert _attr_matches("Chew\u2011Resistant", "heat resistant") == 1
+
+
+def test_fuzzy_score_uses_thefuzz_default_processing():
+    # case and ASCII punctuation are ignored
+    assert token_set_ratio("Heat-Resistant!", "heat resistant") == 100
+    # any non-word character is a separator, not deleted ('chewresistant' would score 81)
+    assert token_set_ratio("chew\u2013resistant", "heat resistant") == 86
+    assert token_set_ratio("kid\u2019s size", "kids size") == 95
+    # '_' is a word character; only the characters 128-255 are dropped, not all non-ASCII
+    assert token_set_ratio("heat_resistant", "heat resistant") == 93
+    assert token_set_ratio("cr\u00e8me", "crme") == 100
+    assert token_set_ratio("\u0142ight", "light") == 80
+    assert _attr_matches("\u0142ight", "light") == 0
+
+
+def test_fuzzy_score_argument_order_follows_the_original():
+    # difflib is not symmetric: attributes are scored (product, goal), options (goal, chosen)
+    assert token_set_ratio("durable mtareail protection", "durable material protection") == 85
+    assert token_set_ratio("durable material protection", "durable mtareail protection") == 89
+    _, parts = purchase_reward(product(**PLAIN_TEXT),
+                               goal(goal_options=["durable material protection"]), 1.0,
+                               {"style": "durable mtareail protection"}, simple_nouns)
+    assert parts["num_option_matches"] == 1
 
 
 def test_attribute_text_fallback_title_features_description():

@@ -18,10 +18,9 @@ field names: ``Title``, ``BulletPoints``, ``Description``, ``Attributes``, ``nam
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import Any, Callable, Iterable, Mapping
-
-from rapidfuzz import fuzz
-from rapidfuzz import utils as fuzz_utils
 
 FUZZY_THRESHOLD = 85
 EXACT_MATCH_OPTION_NAMES = ("size",)
@@ -56,18 +55,39 @@ def normalize_color(text: str) -> str:
     return text
 
 
+# thefuzz 0.19.0 (the version the original pins) ``utils.full_process(force_ascii=True)``: drop the
+# characters 128-255, turn every non-word character (``\W``) into a space, lowercase, strip.
+_LATIN1_HIGH = dict.fromkeys(range(128, 256))
+_NON_WORD = re.compile(r"(?ui)\W")
+
+
 def _full_process(text: str) -> str:
-    # thefuzz's default processing: drop non-ASCII characters, then rapidfuzz's default_process
-    # (non-alphanumerics to spaces, lowercase, trim).
-    return fuzz_utils.default_process(text.encode("ascii", "ignore").decode("ascii"))
+    return _NON_WORD.sub(" ", text.translate(_LATIN1_HIGH)).lower().strip()
+
+
+def _ratio(a: str, b: str) -> int:
+    # thefuzz 0.19.0 ``fuzz.ratio`` without python-Levenshtein (not in the original's requirements):
+    # difflib's matching blocks, ``int(round(100 * ratio))`` (round half to even).
+    if a == b:
+        return 100
+    if not a or not b:
+        return 0
+    return int(round(100 * difflib.SequenceMatcher(None, a, b).ratio()))
 
 
 def token_set_ratio(a: str, b: str) -> int:
-    """``thefuzz.fuzz.token_set_ratio``: an integer 0..100, 0 when either side is empty."""
+    """thefuzz 0.19.0 ``fuzz.token_set_ratio(a, b)`` exactly: an integer 0..100, 0 when either side
+    is empty after processing. Not symmetric in general (difflib is not), so keep the original's
+    argument order."""
     pa, pb = _full_process(a), _full_process(b)
     if not pa or not pb:
         return 0
-    return int(round(fuzz.token_set_ratio(pa, pb)))
+    tokens_a, tokens_b = set(pa.split()), set(pb.split())
+    sect = " ".join(sorted(tokens_a & tokens_b))
+    a_rest = (sect + " " + " ".join(sorted(tokens_a - tokens_b))).strip()
+    b_rest = (sect + " " + " ".join(sorted(tokens_b - tokens_a))).strip()
+    sect = sect.strip()
+    return max(_ratio(sect, a_rest), _ratio(sect, b_rest), _ratio(a_rest, b_rest))
 
 
 def _product_text_contains(product: Mapping[str, Any], needle: str) -> bool:
@@ -80,6 +100,7 @@ def attribute_matches(product: Mapping[str, Any], goal_attributes: Iterable[str]
     """How many goal attributes the product has (fuzzy attribute match, else text fallback)."""
     matches = 0
     for goal_attr in goal_attributes:
+        # original: fuzz.token_set_ratio(p_attr, g_attr) > 85, the product attribute first
         if any(token_set_ratio(p_attr, goal_attr) > FUZZY_THRESHOLD
                for p_attr in product["Attributes"]):
             matches += 1
@@ -98,6 +119,7 @@ def option_matches(product: Mapping[str, Any], goal_options: Iterable[str],
         if name.lower() in EXACT_MATCH_OPTION_NAMES:
             matched = value in goal_norm
         else:
+            # original: fuzz.token_set_ratio(g_option, p_option_v) > 85, the goal option first
             matched = any(token_set_ratio(g, value) > FUZZY_THRESHOLD for g in goal_norm)
         if matched or _product_text_contains(product, value):
             matches += 1
