@@ -32,7 +32,6 @@ class TrainerState:
     iteration: int = 0
     model_dir: str | None = None          # the starting policy the learner was built from
     estimator_state: dict[str, Any] | None = None
-    schedule_state: dict[str, Any] | None = None    # the prioritized curriculum's outcomes per goal
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)

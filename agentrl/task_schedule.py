@@ -1,11 +1,9 @@
 """Which tasks each training iteration plays: the iteration -> tasks schedule.
 
-:class:`TaskSchedule` is the uniform schedule (the default, ``trainer.curriculum.mode=uniform``):
-a pure function of (seed, iteration), so a resumed run plays exactly the tasks the killed run would
-have played. It also answers the questions about the environment's splits that the trainer, the
-evaluation and the warm start ask (their sizes, the goals of their tasks). The prioritized
-curriculum, :class:`agentrl.curriculum.PrioritizedSchedule`, has the same interface (``tasks_for``,
-``record``, ``as_dict``, ``metrics``) and builds on this one.
+:class:`TaskSchedule` walks the training split in seeded epochs: a pure function of (seed,
+iteration), so a resumed run plays exactly the tasks the killed run would have played. It also
+answers the questions about the environment's splits that the trainer, the evaluation and the warm
+start ask (their sizes).
 """
 
 from __future__ import annotations
@@ -70,13 +68,3 @@ class TaskSchedule:
         start = (iteration - 1) * self.per_iteration
         positions = range(start, start + self.per_iteration)
         return [TaskRef(self.split, self._epoch_order(p // self.size)[p % self.size]) for p in positions]
-
-    # the interface agentrl.curriculum.PrioritizedSchedule adds to; a uniform schedule keeps no state
-    def record(self, episodes) -> None:
-        """Outcomes do not change a uniform schedule."""
-
-    def as_dict(self) -> None:
-        return None
-
-    def metrics(self, tasks: list[TaskRef]) -> dict[str, float]:
-        return {}

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from agentrl.config import Config, config_to_dict
-from agentrl.curriculum import PrioritizedSchedule
 from agentrl.denormals import warn_unless_flushed
 from agentrl.errors import UsageError
 from agentrl.estimators import Estimator, estimator_from_config
@@ -59,10 +58,10 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     return metrics
 
 
-def guided_advantages(batch, advantages, rollout_cfg):
-    """The estimator's advantages, with the failed sampled episodes of expert-guided groups put
-    back to 0 unless ``rollout.expert_guidance_negatives`` (see :mod:`agentrl.rollout.guidance`)."""
-    if not rollout_cfg.expert_guidance or rollout_cfg.expert_guidance_negatives:
+def guided_advantages(batch, advantages):
+    """The estimator's advantages, with the failed sampled episodes of expert-guided groups put back
+    to 0, as they were without guidance (see :mod:`agentrl.rollout.guidance`)."""
+    if not bool(batch.is_expert.any()):
         return advantages
     return advantages.masked_fill(sampled_rows_of_guided_groups(batch), 0.0)
 
@@ -95,19 +94,10 @@ def rows_to_train(batch, skip_zero_advantage: bool):
     return batch.select(keep), float(keep.float().mean())
 
 
-def task_schedule(cfg: Config, saved: dict[str, Any] | None = None):
-    """The iteration -> tasks schedule: seeded epochs over the split, or the prioritized curriculum
-    (:mod:`agentrl.curriculum`) continued from its saved state."""
-    if cfg.trainer.curriculum.mode == "prioritized":
-        return PrioritizedSchedule.for_config(cfg, saved)
-    return TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
-
-
-def saved_state(state: TrainerState, iteration: int, estimator_state: Any, schedule) -> TrainerState:
+def saved_state(state: TrainerState, iteration: int, estimator_state: Any) -> TrainerState:
     """What a checkpoint after ``iteration`` records besides the weights."""
     return dataclasses.replace(state, iteration=iteration,
-                               estimator_state=estimator_state.as_dict() if estimator_state is not None else None,
-                               schedule_state=schedule.as_dict())
+                               estimator_state=estimator_state.as_dict() if estimator_state is not None else None)
 
 
 def _mixed_groups(episodes) -> float:
@@ -171,7 +161,7 @@ class Trainer:
             self.learner.load_checkpoint(str(self.run.learner_checkpoint(state.iteration)))
             self.tracker.status(f"resumed {self.run.name} after iteration {state.iteration}")
         self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=state.iteration)
-        schedule = task_schedule(cfg, state.schedule_state)
+        schedule = TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
         estimator_state = self.estimator.restore_state(state.estimator_state)
         if state.iteration == 0 and cfg.trainer.eval_before_train and cfg.trainer.eval_every > 0:
             self.validate(0)
@@ -179,7 +169,7 @@ class Trainer:
             try:
                 metrics = self.iteration(iteration, schedule, estimator_state)
             except EnvFailureLimitError as err:
-                self.stop_on_env_failures(iteration, state, estimator_state, schedule, err)
+                self.stop_on_env_failures(iteration, state, estimator_state, err)
             self.tracker.log(metrics, iteration)
             self.tracker.status(f"iter {iteration}/{cfg.trainer.iterations} "
                                 f"success {metrics['rollout/success_rate']:.2f} "
@@ -188,7 +178,7 @@ class Trainer:
                 self.validate(iteration)
             last = iteration == cfg.trainer.iterations
             if last or (cfg.trainer.save_every and iteration % cfg.trainer.save_every == 0):
-                state = saved_state(state, iteration, estimator_state, schedule)
+                state = saved_state(state, iteration, estimator_state)
                 self.checkpoint(state)
         final = self.run.path / "final_model"
         t = time.perf_counter()
@@ -209,16 +199,14 @@ class Trainer:
         self.tracker.status(f"checkpoint after iteration {state.iteration} written in {time.perf_counter() - t:.1f}s")
         return where
 
-    def iteration(self, iteration: int, schedule, estimator_state: Any) -> dict[str, float]:
+    def iteration(self, iteration: int, schedule: TaskSchedule, estimator_state: Any) -> dict[str, float]:
         cfg, times = self.cfg, {}
         tasks = schedule.tasks_for(iteration)
-        schedule_metrics = schedule.metrics(tasks)
 
         t = time.perf_counter()
         result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration,
                                   expert_guidance=cfg.rollout.expert_guidance)
         times["time/rollout_s"] = time.perf_counter() - t
-        schedule.record(result.episodes)    # the prioritized curriculum's outcomes per goal
 
         # an estimator that reads hidden states gets them from the rollout backend's prefill; when
         # the rollout brought none (vLLM) the learner pass runs before the estimator, over every row.
@@ -235,7 +223,7 @@ class Trainer:
 
         t = time.perf_counter()
         advantages, diagnostics = estimator.advantages(batch, estimator_state)
-        batch = batch.with_columns(advantages=guided_advantages(batch, advantages, cfg.rollout))
+        batch = batch.with_columns(advantages=guided_advantages(batch, advantages))
         times["time/estimate_s"] = time.perf_counter() - t
         batch, kept = rows_to_train(batch, cfg.learner.skip_zero_advantage)
 
@@ -259,19 +247,18 @@ class Trainer:
         metrics.update({f"learner/{k}": v for k, v in update.items()})
         metrics["learner/trained_row_fraction"] = kept
         metrics.update(rollout_logprob_gap(batch))
-        metrics.update(schedule_metrics)
         metrics.update(times)
         return metrics
 
     def stop_on_env_failures(self, iteration: int, state: TrainerState, estimator_state: Any,
-                             schedule, err: Exception) -> None:
+                             err: Exception) -> None:
         """Save the last finished iteration (if not saved yet) and stop with one line naming the fix."""
         done = iteration - 1
         if done > 0 and (self.run.checkpoints / "latest").is_file() and \
                 self.run.checkpoints.joinpath("latest").read_text().strip() == self.run.checkpoint_dir(done).name:
             where = self.run.checkpoint_dir(done)
         elif done > 0:
-            where = self.checkpoint(saved_state(state, done, estimator_state, schedule))
+            where = self.checkpoint(saved_state(state, done, estimator_state))
         else:
             where = None
         saved = (f"checkpoint {where} holds iteration {done}" if where else

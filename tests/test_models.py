@@ -16,13 +16,10 @@ CORPUS = [
 
 def test_tokenizers_round_trip_seen_text_and_reserve_special_ids():
     text = "Got 1 oak logs\n<action>craft 4 stick using 2 planks</action>"
-    for kind in ("bpe", "wordlevel"):
-        tok = train_tokenizer(CORPUS, vocab_size=300, kind=kind)
-        ids = tok(text)["input_ids"]
-        assert tok.decode(ids) == text, kind
-        assert [tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS)))
-        assert len(tok("<action>")["input_ids"]) == 1  # the tags are whole tokens
-    bpe = train_tokenizer(CORPUS, vocab_size=300, kind="bpe")
+    bpe = train_tokenizer(CORPUS, vocab_size=300)
+    assert bpe.decode(bpe(text)["input_ids"]) == text
+    assert [bpe.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS)))
+    assert len(bpe("<action>")["input_ids"]) == 1  # the tags are whole tokens
     unseen = "search[zebra-print hiking boots]"
     assert bpe.decode(bpe(unseen)["input_ids"]) == unseen  # byte-level: lossless for unseen words
 

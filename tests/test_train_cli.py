@@ -2,7 +2,6 @@
 DeepSpeed with 2 learner ranks, tracking, checkpoints, and a run killed after iteration 1 and
 resumed, which must reproduce the uninterrupted run's iteration-2 loss."""
 
-import json
 import math
 import os
 import signal

@@ -78,7 +78,6 @@ def test_rows_to_train_drops_only_zero_advantage_rows_when_asked():
 def test_guided_groups_keep_their_failed_samples_at_zero_unless_negatives_are_asked_for():
     import torch
 
-    from agentrl.config.schema import RolloutConfig
     from agentrl.data import StepBatch
 
     # group 0: two sampled failures and the expert's episode (traj 9); group 1: a mixed group, not guided
@@ -88,11 +87,10 @@ def test_guided_groups_keep_their_failed_samples_at_zero_unless_negatives_are_as
                     anchor_obs="o") for t in traj]
     batch = StepBatch.from_records(records, pad_id=0)
     adv = torch.tensor([-3.3, -3.3, 6.7, -5.0, 5.0])
-    assert torch.equal(guided_advantages(batch, adv, RolloutConfig()), adv)            # guidance off
-    kept = guided_advantages(batch, adv, RolloutConfig(expert_guidance=True))
+    kept = guided_advantages(batch, adv)
     assert kept.tolist() == pytest.approx([0.0, 0.0, 6.7, -5.0, 5.0])
-    both = guided_advantages(batch, adv, RolloutConfig(expert_guidance=True, expert_guidance_negatives=True))
-    assert torch.equal(both, adv)
+    unguided = batch.with_columns(is_expert=torch.zeros(5, dtype=torch.bool))
+    assert torch.equal(guided_advantages(unguided, adv), adv)          # no expert episode: nothing changes
 
 
 def test_rollout_logprob_gap_counts_only_sampled_response_tokens():

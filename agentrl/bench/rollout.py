@@ -79,7 +79,7 @@ def _build_model(cfg, seed: int, out_dir: str):
     from agentrl.models import build_tiny_model, train_tokenizer
     from agentrl.warmstart.starting_policy import corpus_builder
 
-    tokenizer = train_tokenizer(corpus_builder(cfg)(), cfg.tokenizer.vocab_size, cfg.tokenizer.train_kind)
+    tokenizer = train_tokenizer(corpus_builder(cfg)(), cfg.tokenizer.vocab_size)
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=seed).eval()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

@@ -63,8 +63,6 @@ class ModelConfig:
 @dataclass
 class TokenizerConfig:
     name_or_path: Optional[str] = F(None, "tokenizer directory or hub name; null = the model's")
-    train_kind: str = F("bpe", "for tiny models: byte-level BPE (lossless) or whitespace word-level",
-                        choices=("bpe", "wordlevel"))
     vocab_size: int = F(2048, "vocabulary size when the tokenizer is trained on env text", min=64)
     corpus_tasks: int = F(200, "expert episodes per environment used as tokenizer training text", min=1)
 
@@ -127,11 +125,6 @@ class RolloutConfig:
                             "the environment reports that a well-formed "
                             "action changed nothing (info['noop']: ALFWorld's 'Nothing happens.', TextCraft's "
                             "'Could not ...'); 0 = off, as in the reference framework", min=0)
-    noop_anchor: str = F("observation", "what a step after a no-op action (info['noop']) is grouped by in the "
-                         "anchor-state step groups: observation = its observation, as in the reference framework (every "
-                         "'Nothing happens.' of a group shares one anchor); state = the anchor before the "
-                         "no-op, since the environment's state did not change",
-                         choices=("observation", "state"))
     enable_thinking: bool = F(True, "ask for <think>...</think> before <action>...</action> (and require it)")
     show_admissible: bool = F(True, "list the admissible actions in the prompt (TextCraft's original protocol "
                               "has none: its recipe list is in the task)")
@@ -146,11 +139,8 @@ class RolloutConfig:
     expert_guidance: bool = F(False, "training rollouts only: add one episode played by the env's expert solver "
                               "to every group whose episodes all failed, so the group has a winner (off-policy "
                               "guidance; its steps are scored and updated like the policy's own and are left out "
-                              "of the episode metrics)")
-    expert_guidance_negatives: bool = F(False, "with expert_guidance: let the failed sampled episodes of a guided "
-                                        "group keep the negative advantages the estimator gives them; off, they keep "
-                                        "0 as without guidance and only the expert's steps are pushed up (pushing "
-                                        "the failures down raised the tiny TextCraft policy's entropy 2x)")
+                              "of the episode metrics; the group's failed sampled episodes keep advantage 0, as "
+                              "without guidance)")
     max_env_failures: int = F(16, "failed episodes one rollout call tolerates; one more stops the run with a "
                               "checkpoint of the last finished iteration and a one-line error", min=0)
     vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)
@@ -276,18 +266,6 @@ class SftConfig:
 
 
 @dataclass
-class CurriculumConfig:
-    mode: str = F("uniform", "which tasks an iteration trains on: uniform = seeded epochs over the split; "
-                  "prioritized = weighted by how each goal's latest groups ended (agentrl.curriculum)",
-                  choices=("uniform", "prioritized"))
-    window: int = F(2, "prioritized: a goal's latest groups that decide its weight", min=1)
-    mastered_weight: float = F(0.1, "prioritized: weight of a goal whose latest groups all won (1 = no change)",
-                               min=0, max=1)
-    unsolved_weight: float = F(1.0, "prioritized: weight of a goal whose latest groups all failed (with "
-                               "rollout.expert_guidance such groups still train)", min=0, max=1)
-
-
-@dataclass
 class TrainerConfig:
     iterations: int = F(150, "training iterations (each: tasks_per_iteration x group_size episodes)", min=0)
     seed: int = F(0, "global seed (task order, sampling, initialisation)")
@@ -301,7 +279,6 @@ class TrainerConfig:
     init_checkpoint: Optional[str] = F(None, "start from this checkpoint or model directory (skips SFT)")
     device: str = F("auto", "auto = cuda when available, else cpu", choices=("auto", "cpu", "cuda"))
     sft: SftConfig = F(help="supervised warm start on expert demonstrations", factory=SftConfig)
-    curriculum: CurriculumConfig = F(help="how training tasks are picked each iteration", factory=CurriculumConfig)
 
 
 @dataclass

@@ -105,12 +105,6 @@ class TextEnv(gym.Env, abc.ABC):
             f"env {self.name!r} has no step-wise expert (expert_next_action): its expert only plans from reset, "
             "so it cannot label a policy's states; set trainer.sft.dagger_tasks=0 (ALFWorld provides one)")
 
-    def task_goals(self, split: str) -> list[str] | None:
-        """One goal name per task of ``split`` (tasks with the same name are one goal in other
-        layouts), or ``None`` when the environment does not say; the training curriculum then
-        treats every task as its own goal."""
-        return None
-
     # ----- the protocol ------------------------------------------------------------------------
     def reset(self, task: TaskRef | None = None, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

@@ -1,12 +1,7 @@
 """Tokenizers trained on the environments' own text, saved as Hugging Face tokenizer directories.
 
-Two kinds:
-
-``bpe``        byte-level BPE: lossless for any text (a search query with an unseen word still
-               round-trips), frequent environment words become single tokens at a vocabulary of
-               a few thousand. The default.
-``wordlevel``  one id per word, punctuation mark and whitespace run, decoded by concatenation, so
-               seen text round-trips exactly; unseen words become ``<|unk|>``.
+Byte-level BPE: lossless for any text (a search query with an unseen word still round-trips), and
+frequent environment words become single tokens at a vocabulary of a few thousand.
 
 Special tokens get the first ids, in :data:`SPECIAL_TOKENS` order, and are reserved before
 training so a learned word can never take an id that a special token also uses. The action and
@@ -18,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 EOS_TOKEN = "<|endoftext|>"
@@ -36,18 +31,6 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-_WORD_PATTERN = r"\s+|[A-Za-z]+|[0-9]|[^A-Za-z0-9\s]"
-
-
-def _build_wordlevel(texts: Iterable[str], vocab_size: int) -> Tokenizer:
-    tok = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(_WORD_PATTERN), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), min_frequency=1)
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
-
-
 def _build_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -58,14 +41,9 @@ def _build_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     return tok
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, kind: str = "bpe") -> PreTrainedTokenizerFast:
-    """Train a tokenizer on ``texts`` and wrap it with the chat template and special tokens."""
-    if kind == "bpe":
-        raw = _build_bpe(texts, vocab_size)
-    elif kind == "wordlevel":
-        raw = _build_wordlevel(texts, vocab_size)
-    else:
-        raise ValueError(f"unknown tokenizer kind {kind!r}: use bpe or wordlevel")
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer on ``texts`` and wrap it with the chat template and special tokens."""
+    raw = _build_bpe(texts, vocab_size)
     for i, token in enumerate(SPECIAL_TOKENS):
         if raw.token_to_id(token) != i:
             raise RuntimeError(f"special token {token} got id {raw.token_to_id(token)}, expected {i}")

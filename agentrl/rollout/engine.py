@@ -249,15 +249,6 @@ class RolloutEngine:
             return StepReward(reward, invalid_penalty=float(self.rollout_cfg.invalid_action_penalty))
         return StepReward(reward, noop_penalty=float(self.rollout_cfg.noop_penalty) if noop else 0.0)
 
-    def next_anchor(self, anchor: str, obs: str, info: dict[str, Any]) -> str:
-        """The anchor observation of the next step: the new observation, or with ``rollout.noop_anchor =
-        state`` the current anchor when the environment says the action changed nothing (``info["noop"]``),
-        so the steps taken from one unchanged state share an anchor-state step group instead of every
-        ``Nothing happens.`` of the group sharing one."""
-        if self.rollout_cfg.noop_anchor == "state" and info.get("noop"):
-            return anchor
-        return obs
-
     # ----- the loop ----------------------------------------------------------------------------------
     def run(self, tasks: Sequence[TaskRef], group_size: int, *, sampling: SamplingParams | None = None,
             seed: int = 0, group_ids: Sequence[int] | None = None, traj_id_start: int = 0,
@@ -350,7 +341,7 @@ class RolloutEngine:
         timing["env_s"] += time.perf_counter() - t0
         n = len(envs)
         obs = [r.obs for r in resets]
-        anchors = list(obs)     # what each step is grouped by (anchor-state step groups): see next_anchor
+        anchors = list(obs)     # the observation each step acts on (StepBatch.anchor_obs)
         info = [r.info for r in resets]
         task_type = [str(r.info.get("task_type", "")) for r in resets]
         histories = [History() for _ in range(n)]
@@ -407,7 +398,7 @@ class RolloutEngine:
                                            "action": p.action, "valid": p.valid, "reward": reward.total})
                 histories[i].add(obs[i], p.action)
                 obs[i], info[i] = res.obs, res.info
-                anchors[i] = self.next_anchor(anchors[i], res.obs, res.info)
+                anchors[i] = res.obs
                 if not done:
                     still_active.append(i)
             counters["env_steps"] += len(active)

@@ -34,10 +34,10 @@ What differs from a sampled episode, and why:
 Validation and evaluation never use it (``RolloutEngine.run(expert_guidance=False)``, the default).
 
 The estimator gives the group's failed sampled episodes negative advantages (they are below the
-new group mean). Unless ``rollout.expert_guidance_negatives`` is set, the trainer puts them back
-to 0 (:func:`sampled_rows_of_guided_groups`), as they were without guidance, so only the expert's
-steps are pushed up: on the tiny TextCraft recipe, pushing the failures down (mostly degenerate
-text) doubled the policy's entropy within 10 iterations.
+new group mean). The trainer puts them back to 0 (:func:`sampled_rows_of_guided_groups`), as they
+were without guidance, so only the expert's steps are pushed up: on the tiny TextCraft recipe,
+pushing the failures down (mostly degenerate text) doubled the policy's entropy within 10
+iterations.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str
             won[i] = won[i] or won_now
             history[i].add(obs[i], p.action)
             obs[i], info[i] = res.obs, res.info
-            anchors[i] = engine.next_anchor(anchors[i], res.obs, res.info)
+            anchors[i] = res.obs
             if not done:
                 still_active.append(i)
         active = still_active

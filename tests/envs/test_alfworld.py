@@ -262,18 +262,6 @@ def test_package_import_is_light_and_cli_parses_generate():
     assert sorted(TASK_TYPE_SHORT_NAMES.values()) == sorted(["Pick", "Look", "Clean", "Heat", "Cool", "Pick2"])
 
 
-def test_task_goals_name_each_games_goal_without_its_scene(env):
-    """The curriculum's goal of a game: its task directory's name without the scene number."""
-    goals = env.task_goals("train")
-    assert len(goals) == env.split_sizes()["train"]
-    for index, goal in enumerate(goals):
-        env.reset(TaskRef("train", index))
-        traj = env._traj
-        task_type, obj, _, target = goal.split("-")
-        assert task_type == traj["task_type"] and obj == traj["pddl_params"]["object_target"]
-        assert not goal.rsplit("-", 1)[-1].isdigit()
-
-
 def _play_texts(games_dir: str) -> list[str]:
     """Every observation, admissible list and win flag of seeded random and expert episodes."""
     env = make_env("alfworld", data_dir=games_dir)

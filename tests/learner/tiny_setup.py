@@ -21,7 +21,7 @@ TEXTS = [
 
 def write_tiny_model(directory: Path, seed: int = 0) -> str:
     """Save a 2-layer, hidden-64 Qwen2 model with a tokenizer trained on a few strings."""
-    tokenizer = train_tokenizer(TEXTS, vocab_size=300, kind="bpe")
+    tokenizer = train_tokenizer(TEXTS, vocab_size=300)
     tiny = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128,
                            max_position_embeddings=256)
     model = build_tiny_model(tiny, tokenizer, seed=seed)

@@ -12,4 +12,4 @@ from agentrl.warmstart.demonstrations import corpus_texts
 def tokenizer():
     """Byte-level BPE (any unicode round-trips) trained on a little TextCraft expert text."""
     texts = corpus_texts("textcraft", {}, "train", 10, history_length=2, think=True, style="compact")
-    return train_tokenizer(texts, vocab_size=400, kind="bpe")
+    return train_tokenizer(texts, vocab_size=400)

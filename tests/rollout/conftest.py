@@ -15,7 +15,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
     texts = []
     for env in ("textcraft", "webshop"):
         texts += corpus_texts(env, {}, "train", 30, history_length=2, think=True, style="compact")
-    tokenizer = train_tokenizer(texts, vocab_size=600, kind="bpe")
+    tokenizer = train_tokenizer(texts, vocab_size=600)
     model = build_tiny_model(TINY, tokenizer, seed=0)
     out = tmp_path_factory.mktemp("models") / "tiny"
     model.save_pretrained(str(out))

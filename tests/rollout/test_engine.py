@@ -65,12 +65,12 @@ def test_expert_rollout_records_rewards_history_and_ids(tiny_tokenizer):
     assert result.stats["env_steps"] == len(batch) and result.stats["invalid_actions"] == 4
 
 
-@pytest.mark.parametrize("noop_penalty, noop_anchor", [(0.0, "observation"), (0.5, "state")])
-def test_noop_penalty_charges_well_formed_actions_that_change_nothing(tiny_tokenizer, noop_penalty, noop_anchor):
+@pytest.mark.parametrize("noop_penalty", [0.0, 0.5])
+def test_noop_penalty_charges_well_formed_actions_that_change_nothing(tiny_tokenizer, noop_penalty):
     env_cfg = env_config(max_steps=15, history_length=2, success_reward=10.0)
     plans = expert_plans("textcraft", TASKS)
     backend = ScriptedExpertBackend(tiny_tokenizer, plans, invalid_steps=[1], noop_steps=[2])
-    rollout_cfg = rollout_config(invalid_action_penalty=0.25, noop_penalty=noop_penalty, noop_anchor=noop_anchor)
+    rollout_cfg = rollout_config(invalid_action_penalty=0.25, noop_penalty=noop_penalty)
     result = _engine(backend, tiny_tokenizer, env_cfg, rollout_cfg, 4).run(TASKS, group_size=2)
     batch = result.batch
     assert [e.won for e in result.episodes] == [True] * 4
@@ -78,15 +78,18 @@ def test_noop_penalty_charges_well_formed_actions_that_change_nothing(tiny_token
         rows = (batch.traj_id == ep.traj_id).nonzero().flatten().tolist()
         # step 1 has no tags (invalid: only the format penalty), step 2 a well-formed command TextCraft rejects
         assert batch.action[rows[2]] == NOOP_ACTION and bool(batch.action_valid[rows[2]])
-        # the step after the no-op: its prompt shows the reply; its GiGPO anchor is the reply, or the
-        # state the no-op left unchanged (the anchor of step 2)
+        # the step after the no-op: its prompt shows the reply, and the reply is its anchor observation
         prompt3 = tiny_tokenizer.decode(batch.prompt_ids[rows[3], :batch.prompt_lengths[rows[3]]])
         assert f"Observation: Could not execute {NOOP_ACTION}" in prompt3
-        expected = batch.anchor_obs[rows[2]] if noop_anchor == "state" else f"Could not execute {NOOP_ACTION}"
-        assert batch.anchor_obs[rows[3]] == expected
+        assert batch.anchor_obs[rows[3]] == f"Could not execute {NOOP_ACTION}"
         assert batch.anchor_obs[rows[4]] != batch.anchor_obs[rows[3]]
         rewards = batch.reward[rows].tolist()
         assert rewards[1] == pytest.approx(-0.25) and rewards[2] == pytest.approx(-noop_penalty)
+        # each part in its own column: the env's reward, the format penalty, the no-op penalty
+        assert batch.env_reward[rows].tolist() == [0.0] * (len(rows) - 1) + [10.0]
+        assert batch.invalid_penalty[rows].tolist() == pytest.approx([0.0, 0.25] + [0.0] * (len(rows) - 2))
+        assert batch.noop_penalty[rows].tolist() == pytest.approx([0.0, 0.0, noop_penalty] + [0.0] * (len(rows) - 3))
+        assert not batch.is_expert.any() and (batch.policy_version == 0).all()
         assert ep.episode_return == pytest.approx(10.0 - 0.25 - noop_penalty)
     # counted whether or not it is charged; the expert's own commands never are
     assert result.stats["noop_actions"] == 4 and result.stats["invalid_actions"] == 4

@@ -26,7 +26,7 @@ eight envs of a group load the same game.
 
 Observations and admissible commands are unchanged: ``tests/envs/test_alfworld.py`` plays the same
 random and expert episodes with and without the caches and compares every text. On the benchmark
-in ``docs/benchmarks.md`` ("ALFWorld engine caches") a step costs ~2 ms instead of ~33 ms.
+in ``docs/benchmarks.md`` ("ALFWorld environment", "Engine caches") a step costs ~2 ms instead of ~33 ms.
 
 They are installed when the first engine env is loaded (:func:`agentrl.envs.alfworld.engine.load_engine_env`),
 once per process. ``AGENTRL_ALFWORLD_ENGINE_CACHES=0`` leaves the engine as it is. A TextWorld

@@ -88,12 +88,6 @@ class ALFWorldEnv(TextEnv):
     def split_sizes(self) -> dict[str, int]:
         return {split: len(self.games(split)) for split in SPLITS if self.games(split)}
 
-    def task_goals(self, split: str) -> list[str]:
-        """``<task type>-<object>-<movable receptacle>-<receptacle>`` of every game: its task
-        directory's name without the scene number, so one goal spans the scenes it is played in."""
-        return [os.path.basename(os.path.dirname(os.path.dirname(path))).rsplit("-", 1)[0]
-                for path in self.games(split)]
-
     # ----- protocol -----------------------------------------------------------------------------
     def _reset_task(self, task: TaskRef) -> tuple[str, dict[str, Any]]:
         from agentrl.envs.alfworld.engine import load_engine_env

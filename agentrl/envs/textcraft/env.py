@@ -66,11 +66,6 @@ class TextCraftEnv(TextEnv):
     def split_sizes(self) -> dict[str, int]:
         return {name: len(seeds) for name, seeds in self.splits.items()}
 
-    def task_goals(self, split: str) -> list[str]:
-        """The goal item of every task of ``split`` (a layout seed's goal is fixed by the seed)."""
-        goals = self.book.goals
-        return [goals[seed % len(goals)][0] for seed in self.splits[split]]
-
     def layout_seed(self, task: TaskRef) -> int:
         """The ADaPT/package seed of a task: ``TextCraft.reset(seed=...)`` shows the same task."""
         return self.splits[task.split][task.index]

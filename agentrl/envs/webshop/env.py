@@ -21,7 +21,7 @@ from typing import Any
 
 from agentrl.envs.base import TaskRef, TextEnv
 from agentrl.envs.webshop import pages
-from agentrl.envs.webshop.dataset import WebShopData, load_webshop_data
+from agentrl.envs.webshop.dataset import WebShopData
 from agentrl.envs.webshop.reward import normalize_color, purchase_reward, token_set_ratio
 
 SEARCH_PLACEHOLDER = "search[<your query>]"
