@@ -134,6 +134,8 @@ def test_train_one_iteration_with_an_estimator_from_outside_the_package(tmp_path
                     f"trainer.init_checkpoint={start}", "trainer.iterations=1", "trainer.eval_every=0",
                     "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=3",
                     "rollout.max_response_tokens=8", "learner.mini_batch_size=8", "learner.micro_batch_size=8",
+                    # a random policy never wins: the penalty gives the estimator something to tell apart
+                    "rollout.invalid_action_penalty=0.1", "learner.skip_zero_advantage=false",
                     "logging.wandb.mode=disabled", "logging.tensorboard=false",
                     "algorithm.estimator=my_estimators.others:MeanOfOthers", "algorithm.params.scale=2"],
                    own_package)

@@ -38,6 +38,29 @@ def _section(cls: type, prefix: str, lines: list[str]) -> None:
         _section(typ, f"{prefix}{f.name}.", lines)
 
 
+MACHINE_SWITCHES = """## Machine-specific switches
+
+Settings that depend on the machine a run is on, not on the experiment: they change speed or where
+files go, never the numbers a recipe produces (except where a line says so).
+
+| switch | default | what it does |
+|---|---|---|
+| `rollout.torch_threads` | `0` = the cores this process may use, divided by `rollout.num_workers` | CPU threads of each torch rollout worker |
+| `OMP_NUM_THREADS` | torch's default (the cores) | CPU threads of the agentrl process itself (the one-rank learner, the estimators; BiPACE's clustering spreads its groups over them) |
+| `AGENTRL_KEEP_DENORMALS=1` | off: denormal floats are flushed to zero in every agentrl process | keep IEEE gradual underflow (bit-for-bit comparisons with other code); a trained model's CPU update then runs ~1.5x slower (agentrl/denormals.py) |
+| `AGENTRL_NATIVE=0` | on where a C compiler exists | BiPACE's clustering without its compiled kernel (numpy; the same labels, 2-3x slower) |
+| `CC` | `cc`, then `gcc` | the compiler that builds that kernel on first use |
+| `AGENTRL_BIGPO_BF16=0` / `=1` | `auto`: on where the CPU has AVX512-BF16 or AMX and the accumulation check passes | the kernel's bfloat16 screen (the same labels; docs/estimators.md, BiPACE) |
+| `AGENTRL_CACHE_DIR` | `$XDG_CACHE_HOME/agentrl` or `~/.cache/agentrl` | where the compiled kernel and generated ALFWorld games are kept |
+| `AGENTRL_ALFWORLD_ENGINE_CACHES=0` | on | ALFWorld without its engine caches (the same texts, ~15x slower steps) |
+| `ALFWORLD_DATA` | unset: generated games | the official ALFWorld data (after `alfworld-download`) |
+| `learner.cpu_shm_comm` | `false` | multi-rank CPU learners: DeepSpeed's shared-memory all-reduce (a ~40 s JIT build) instead of gloo |
+| `learner.precision`, `model.dtype` | `auto`: bf16 on GPU, fp32 on CPU | the numeric format (a recipe's numbers depend on it) |
+| `trainer.device` | `auto`: cuda when visible | where the learner runs |
+| `RAY_ADDRESS` | unset: a local Ray cluster | join a running Ray cluster (docs/multinode.md) |
+"""
+
+
 def render() -> str:
     lines = ["# Configuration reference", "",
              "Generated from `agentrl/config/schema.py` and the estimators' `Params` (`agentrl/estimators/`) by",
@@ -45,6 +68,7 @@ def render() -> str:
              "Recipes (`agentrl/recipes/`) override these defaults and `key=value` arguments override recipes, e.g.",
              "`agentrl train recipe=alfworld_gigpo_qwen1.5b learner.lr=2e-6 env.group_size=4`.", ""]
     _section(Config, "", lines)
+    lines.append(MACHINE_SWITCHES)
     return "\n".join(lines).rstrip() + "\n"
 
 
