@@ -29,13 +29,24 @@ from typing import Any, Optional
 from agentrl.config import Config, config_to_dict
 from agentrl.denormals import warn_unless_flushed
 from agentrl.errors import UsageError
-from agentrl.estimators import Estimator, estimator_from_config
+from agentrl.estimators import Estimator, estimator_from_config, registered_names
 from agentrl.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.run_state import CheckpointNotWritten, RunDirectory, TrainerState
 from agentrl.task_schedule import TaskSchedule
 from agentrl.tracking import Tracker
+
+
+def rollout_hidden_layer(cfg: Config, estimator: Estimator) -> int | None:
+    """The hidden-state layer the rollout records: the estimator's (its ``row_inputs``), or, when
+    batches are saved for ``agentrl inspect``, the first one an estimator of the registry reads with
+    this config, so the page can show every estimator on the saved batch."""
+    layer = estimator.row_inputs().hidden_layer
+    if layer is None and cfg.logging.save_batches:
+        layers = (estimator_from_config(cfg.algorithm, name).row_inputs().hidden_layer for name in registered_names())
+        layer = next((candidate for candidate in layers if candidate is not None), None)
+    return layer
 
 
 def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
@@ -115,6 +126,7 @@ class Trainer:
         self.estimator: Estimator = estimator_from_config(cfg.algorithm)
         self.rollout = None
         self.learner = None
+        self.tokenizer = None     # decodes the responses of the batches saved for agentrl inspect
 
     # ----- setup ---------------------------------------------------------------------------------
     def prepare_policy(self) -> str:
@@ -137,7 +149,11 @@ class Trainer:
                                           env_url=self.cfg.env.server_url,
                                           dtype=self.cfg.model.dtype if device == "cuda" else "float32",
                                           num_gpus_per_worker=gpus_per_worker,
-                                          hidden_layer=self.estimator.row_inputs().hidden_layer)
+                                          hidden_layer=rollout_hidden_layer(self.cfg, self.estimator))
+        if self.cfg.logging.save_batches:
+            from agentrl.models import load_tokenizer
+
+            self.tokenizer = load_tokenizer(model_dir)
 
     def warn_if_local_learner_keeps_denormals(self) -> None:
         """A one-rank CPU learner runs in this process: warn when its floats are not flushed (the
@@ -176,10 +192,12 @@ class Trainer:
                                 f"(rollout {metrics['time/rollout_s']:.1f}s, learner {metrics['time/update_s']:.1f}s)")
             if cfg.trainer.eval_every and iteration % cfg.trainer.eval_every == 0:
                 self.validate(iteration)
+                self.plot()
             last = iteration == cfg.trainer.iterations
             if last or (cfg.trainer.save_every and iteration % cfg.trainer.save_every == 0):
                 state = saved_state(state, iteration, estimator_state)
                 self.checkpoint(state)
+        self.plot()
         final = self.run.path / "final_model"
         t = time.perf_counter()
         self.learner.export_hf(str(final))
@@ -225,6 +243,10 @@ class Trainer:
         advantages, diagnostics = estimator.advantages(batch, estimator_state)
         batch = batch.with_columns(advantages=guided_advantages(batch, advantages))
         times["time/estimate_s"] = time.perf_counter() - t
+        saved = {}
+        if cfg.logging.save_batches and iteration % cfg.logging.save_batches == 0:
+            saved = self.save_batch(iteration, batch, result)
+            times["time/save_batch_s"] = saved.pop("time/save_batch_s")
         batch, kept = rows_to_train(batch, cfg.learner.skip_zero_advantage)
 
         if not pass_first and len(batch):
@@ -247,8 +269,33 @@ class Trainer:
         metrics.update({f"learner/{k}": v for k, v in update.items()})
         metrics["learner/trained_row_fraction"] = kept
         metrics.update(rollout_logprob_gap(batch))
+        metrics.update(saved)
         metrics.update(times)
         return metrics
+
+    def save_batch(self, iteration: int, batch, result) -> dict[str, float]:
+        """Save the estimated batch, its decoded responses and episodes for ``agentrl inspect``."""
+        from agentrl.evaluation.inspector import save_batch
+
+        t = time.perf_counter()
+        lengths = (batch.response_mask > 0).sum(dim=1).tolist()
+        responses = self.tokenizer.batch_decode([ids[:n] for ids, n in zip(batch.response_ids.tolist(), lengths)])
+        episodes = [{"traj_id": e.traj_id, "group_id": e.group_id, "task": e.task.to_dict(), "task_type": e.task_type,
+                     "won": bool(e.won), "return": e.episode_return, "length": e.length} for e in result.episodes]
+        path = save_batch(self.run.path, iteration, batch, responses, episodes,
+                          {"estimator": self.cfg.algorithm.estimator, "run": self.run.name})
+        size = sum(f.stat().st_size for f in path.iterdir())
+        return {"time/save_batch_s": time.perf_counter() - t, "logging/saved_batch_mb": size / 2 ** 20}
+
+    def plot(self) -> None:
+        """The run's learning_curve.png, redrawn from metrics.jsonl (a failure is a warning: it must
+        not end a run)."""
+        from agentrl.evaluation.plots import plot_run
+
+        try:
+            plot_run(self.run.path, self.run.name)
+        except Exception as err:  # noqa: BLE001
+            print(f"agentrl: warning: learning_curve.png not drawn ({type(err).__name__}: {err})", file=sys.stderr)
 
     def stop_on_env_failures(self, iteration: int, state: TrainerState, estimator_state: Any,
                              err: Exception) -> None:

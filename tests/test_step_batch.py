@@ -86,9 +86,14 @@ def test_save_load_round_trip_and_pickle(tmp_path):
         hidden=torch.randn(12, 4), advantages=torch.randn(12), extras={"weight": torch.ones(12)})
     path = b.save(tmp_path / "batch")
     loaded = StepBatch.load(path)
-    for name in ("prompt_ids", "response_ids", "response_mask", "reward", "done", "hidden", "advantages"):
+    for name in ("prompt_ids", "response_ids", "response_mask", "reward", "done", "hidden", "advantages",
+                 "env_reward", "invalid_penalty", "noop_penalty", "is_expert", "policy_version"):
         assert torch.equal(getattr(b, name), getattr(loaded, name)), name
+        assert getattr(loaded, name).dtype == getattr(b, name).dtype, name
     assert loaded.anchor_obs == b.anchor_obs and loaded.extras["weight"].sum() == 12
+    # token ids are stored as int32 on disk (half the bytes) and come back as the contract's int64
+    from safetensors.torch import load_file
+    assert load_file(str(path / "tensors.safetensors"))["prompt_ids"].dtype == torch.int32
     b.save(path)  # overwriting an existing save works and leaves no temp dir behind
     assert sorted(p.name for p in tmp_path.iterdir()) == ["batch"]
     restored = pickle.loads(pickle.dumps(b))

@@ -292,6 +292,9 @@ class WandbConfig:
 class LoggingConfig:
     tensorboard: bool = F(True, "write TensorBoard event files")
     progress_bar: bool = F(True, "progress lines on stderr: the warm start's SFT phases and steps, then iteration, success rate and phase times")
+    save_batches: int = F(0, "every N iterations, save that iteration's StepBatch with its transcript (decoded "
+                          "responses, episodes) to <run>/batches/ for `agentrl inspect`, with the hidden states an "
+                          "estimator of the registry reads (sizes in docs/evaluation.md); 0 = off", min=0)
     wandb: WandbConfig = F(help="Weights & Biases tracking", factory=WandbConfig)
 
 

@@ -353,7 +353,7 @@ class StepBatch:
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self._tensor_items().items()},
+        save_file({k: _compact(k, v.detach().cpu()).contiguous() for k, v in self._tensor_items().items()},
                   str(tmp / "tensors.safetensors"))
         meta = {k: getattr(self, k) for k in STRING_COLUMNS}
         meta["pad_id"] = self.pad_id
@@ -372,12 +372,22 @@ class StepBatch:
         path = Path(path)
         if not (path / "tensors.safetensors").is_file():
             raise FileNotFoundError(f"{path} is not a saved StepBatch (no tensors.safetensors)")
-        tensors = load_file(str(path / "tensors.safetensors"))
+        tensors = {k: v.to(_DTYPES[k]) if k in _DTYPES else v
+                   for k, v in load_file(str(path / "tensors.safetensors")).items()}
         meta = json.loads((path / "strings.json").read_text())
         pad_id = int(meta.pop("pad_id", 0))
         extras = {k[len("extras."):]: v for k, v in tensors.items() if k.startswith("extras.")}
         fields = {k: v for k, v in tensors.items() if not k.startswith("extras.")}
         return cls(**fields, **{k: meta[k] for k in STRING_COLUMNS}, extras=extras, pad_id=pad_id)
+
+
+def _compact(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """Token ids on disk as int32 when they fit (half the size of a saved batch's largest columns);
+    :meth:`StepBatch.load` restores the contract's dtypes."""
+    if name in ("prompt_ids", "response_ids") and tensor.dtype == torch.int64 and tensor.numel() \
+            and int(tensor.min()) >= -2 ** 31 and int(tensor.max()) < 2 ** 31:
+        return tensor.to(torch.int32)
+    return tensor
 
 
 def number_in_groups(groups: Sequence[int], values: Sequence[str]) -> list[int]:

@@ -102,6 +102,12 @@ class Estimator(abc.ABC):
     def advantages(self, batch: StepBatch, state: Any = None) -> tuple[torch.Tensor, Diagnostics]:
         """One float32 advantage per row of ``batch`` and a dict of float diagnostics."""
 
+    def step_groups(self, batch: StepBatch, state: Any = None) -> torch.Tensor | None:
+        """The step groups this estimator compares a row with (anchor-state groups, hidden-state
+        clusters): one integer label per row, equal labels one group, for ``agentrl inspect``; None
+        for an estimator that compares whole episodes only (the default)."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params!r})"
 

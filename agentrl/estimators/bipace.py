@@ -180,6 +180,12 @@ class BiPACE(Estimator):
     def row_inputs(self) -> RowInputs:
         return RowInputs(hidden_layer=int(self.params.hidden_layer))
 
+    def step_groups(self, batch: StepBatch, state: BiGPOState | None = None) -> torch.Tensor:
+        """The BiGPO clusters (at the calibrated radius when ``state`` holds one)."""
+        group, num_groups = common.group_segments(batch)
+        eps = resolve_eps(batch, group, num_groups, self.params, state)
+        return greedy_cosine_clusters(batch.hidden, group, num_groups, eps, self.params.centroid)[0]
+
     def advantages(self, batch: StepBatch, state: BiGPOState | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         if batch.hidden is None:
             raise ValueError("bipace needs batch.hidden (the actor's hidden state per step record): the rollout "

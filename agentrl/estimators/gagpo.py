@@ -84,6 +84,10 @@ class GAGPO(Estimator):
     def loss_options(self) -> LossOptions:
         return LossOptions(action_level_ratio=bool(self.params.action_level_ratio))
 
+    def step_groups(self, batch: StepBatch, state=None) -> torch.Tensor:
+        """The anchor-state groups whose mean step return is the value proxy V."""
+        return common.anchor_segments(batch, common.group_segments(batch)[0])[0]
+
     def advantages(self, batch: StepBatch, state=None) -> tuple[torch.Tensor, dict[str, float]]:
         p = self.params
         layout = common.TrajectoryLayout.of(batch)

@@ -129,6 +129,9 @@ class GiGPO(Estimator):
             return similar_anchor_segments(batch.anchor_obs, group, self.params.similarity_thresh)
         return common.anchor_segments(batch, group)
 
+    def step_groups(self, batch: StepBatch, state=None) -> torch.Tensor:
+        return self.step_segments(batch, common.group_segments(batch)[0])[0]
+
     def advantages(self, batch: StepBatch, state=None) -> tuple[torch.Tensor, dict[str, float]]:
         p = self.params
         by_std = p.mode == "mean_std_norm"

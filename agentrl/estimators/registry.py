@@ -170,13 +170,15 @@ def build_estimator(spec: str, **values: Any) -> Estimator:
     return cls(build_params(cls, values))
 
 
-def estimator_from_config(algorithm) -> Estimator:
-    """The configured estimator: ``algorithm.estimator`` with the shared keys ``algorithm.<key>`` it
-    reads and its own section (``algorithm.<name>``, or ``algorithm.params`` for an import path)."""
-    cls = estimator_class(algorithm.estimator)
+def estimator_from_config(algorithm, spec: str | None = None) -> Estimator:
+    """The configured estimator: ``algorithm.estimator`` (or ``spec``) with the shared keys
+    ``algorithm.<key>`` it reads and its own section (``algorithm.<name>``, or ``algorithm.params``
+    for the import path the config names)."""
+    spec = algorithm.estimator if spec is None else spec
+    cls = estimator_class(spec)
     values = {f.name: getattr(algorithm, f.name) for f in shared_fields(cls.Params)}
-    if is_import_path(algorithm.estimator):
-        own = dict(algorithm.params)
+    if is_import_path(spec):
+        own = dict(algorithm.params) if spec == algorithm.estimator else {}
     else:
         section = getattr(algorithm, cls.name)
         own = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}

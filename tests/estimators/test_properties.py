@@ -131,7 +131,7 @@ def test_default_penalty_leaves_equal_clean_returns_equal():
     # anchor group "A" holds two rows whose clean step returns are both exactly 0: one trajectory
     # goes on to an invalid step (penalty 0.1), the other to a valid one. Stored as float32(0 - 0.1)
     # and added back, the first was -1.5e-9 * gamma, and GiGPO's step term normalised that roundoff
-    # to -+0.707; the step term must be 0 (and equal the float64 reference)
+    # to -+7e-4 instead of 0; the step term must be 0 (and equal the float64 reference)
     recs = [record(0, 0, 0, "A", 0.0, False), record(0, 0, 1, "B", 0.0, True, "", False),
             record(0, 1, 0, "A", 0.0, False), record(0, 1, 1, "C", 0.0, True)]
     batch = StepBatch.from_records(recs)

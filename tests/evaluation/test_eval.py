@@ -33,6 +33,8 @@ def test_eval_writes_episodes_and_summary_then_resumes(tmp_path, tiny_policy):
     assert set(summary["per_seed"]) == {"0", "1"} and "depth2" in summary["by_type"]
     assert summary["success_rate"] == sum(r["success"] for r in records) / 6
     assert "over_seeds" in summary
+    # the per-task-type bar chart beside the summary
+    assert (out / "success_by_type.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # drop two episodes and leave a torn line, as a kill in the middle of a write would
     kept = lines[:4]

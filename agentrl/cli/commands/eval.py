@@ -73,6 +73,10 @@ def run(args) -> int:
     log(f"policy {policy.model_dir} ({policy.source}) -> {out}")
     summary = evaluate(cfg, policy.model_dir, out, split=split, seeds=seeds, log=log,
                        meta={"policy": policy.source, "run_dir": str(policy.run_dir) if policy.run_dir else None})
+    from agentrl.evaluation.plots import plot_task_types
+
+    chart = plot_task_types(summary, out / "success_by_type.png")
     print(summary_line(summary))
-    print(json.dumps({"episodes": str(out / "episodes.jsonl"), "summary": str(out / "summary.json")}))
+    print(json.dumps({"episodes": str(out / "episodes.jsonl"), "summary": str(out / "summary.json"),
+                      "chart": str(chart)}))
     return 0
