@@ -14,8 +14,16 @@ temperature, top-p/top-k), its ``env.max_steps``, ``env.train_split`` and
 * ``engine-hidden``: the engine recording BiPACE's hidden state in the prefill
   (``record_hidden(algorithm.bipace.hidden_layer)``; what that costs the rollout);
 * ``vllm``: the engine with the vLLM backend, when vllm is importable (``.venv-vllm``);
+* ``vllm-raw``: the physical limit on this machine: every ``generate`` call the ``vllm`` engine
+  made (the very same token-id prompts, batches and sampling settings, seeds included) replayed
+  through ``LLM.generate`` alone, from a cold prefix cache like the engine's run; no environment,
+  no prompt building. ``engine_overhead_vs_raw`` = engine seconds / raw seconds - 1 (goal <= 10 %);
 * ``naive``: one env at a time, Hugging Face ``generate`` per step, no batching, on the same
   prompts (same template, history and truncation) with the same sampling settings.
+
+Paper recipes (``--recipe alfworld_bipace_qwen7b --device cuda --backends vllm``) run the
+architecture with random weights (``model.random_init``; no download) on the GPU, without the naive
+baseline: the 1.5B and 7B shapes of the engine against raw vLLM.
 
 Reported: env steps/s, generated tokens/s, seconds, and the speed-up over ``naive``; also each
 variant's CPU seconds (``time.process_time`` of this process) and the speed-up in env steps per
@@ -55,6 +63,8 @@ def add_arguments(parser) -> None:
                         help="engine backends to measure, comma-separated; vllm is skipped where it is not "
                              "installed (default torch,vllm)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline (profiling runs)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where the model runs; cuda also takes paper recipes (random weights of the architecture)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -69,21 +79,58 @@ def workload(args):
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={value}")
+    if getattr(args, "device", "cpu") == "cuda":
+        overrides += ["model.random_init=true", "trainer.device=cuda"]
     cfg = load_config(args.recipe, overrides)
-    if cfg.model.name_or_path != "tiny":
-        raise ValueError(f"agentrl bench rollout measures tiny recipes; {args.recipe} uses {cfg.model.name_or_path}")
+    if cfg.model.name_or_path != "tiny" and getattr(args, "device", "cpu") != "cuda":
+        raise ValueError(f"{args.recipe} uses {cfg.model.name_or_path}: on CPU agentrl bench rollout measures tiny "
+                         "recipes; a paper recipe's shape runs with --device cuda (random weights)")
     return cfg
 
 
 def _build_model(cfg, seed: int, out_dir: str):
-    from agentrl.models import build_tiny_model, train_tokenizer
+    from agentrl.models import build_tiny_model, load_tokenizer, prepare_initial_model, train_tokenizer
     from agentrl.warmstart.starting_policy import corpus_builder
 
+    if cfg.model.name_or_path != "tiny":     # a paper shape with random weights, written to out_dir
+        path = prepare_initial_model(cfg.model, cfg.tokenizer, f"{out_dir}/model", corpus=corpus_builder(cfg), seed=seed)
+        return None, load_tokenizer(path), path
     tokenizer = train_tokenizer(corpus_builder(cfg)(), cfg.tokenizer.vocab_size)
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=seed).eval()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    return model, tokenizer
+    return model, tokenizer, out_dir
+
+
+class RecordingBackend:
+    """A backend that passes every call through and keeps each ``generate`` call's prompts and
+    sampling settings (what ``vllm-raw`` replays)."""
+
+    def __init__(self, backend):
+        self.backend, self.calls = backend, []
+
+    def generate(self, prompt_ids, sampling):
+        self.calls.append(([list(p) for p in prompt_ids], sampling))
+        return self.backend.generate(prompt_ids, sampling)
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+def _replay_raw(backend, calls) -> dict[str, float]:
+    """The recorded calls through ``LLM.generate`` alone (the engine's own conversion of the sampling
+    settings, so both ask vLLM for exactly the same thing), from a cold prefix cache."""
+    backend.llm.reset_prefix_cache()
+    tokens = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    for prompts, sampling in calls:
+        requests = [{"prompt_token_ids": p} for p in prompts]
+        outputs = backend.llm.generate(requests, [backend._sampling(sampling, i) for i in range(len(prompts))],
+                                       use_tqdm=False)
+        tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "cpu_s": time.process_time() - cpu, "env_steps": sum(len(p) for p, _ in calls),
+            "generated_tokens": tokens, "generate_s": seconds, "prompt_tokens": sum(len(x) for p, _ in calls for x in p)}
 
 
 def _env_kwargs(cfg) -> dict:
@@ -98,6 +145,9 @@ def _run_engine(backend, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
     client = EnvClient.local(cfg.env.name, len(tasks) * group_size, _env_kwargs(cfg))
     engine = RolloutEngine(backend, tokenizer, client, cfg.rollout, cfg.env)
     engine.run(tasks[:1], min(2, group_size), seed=seed + 1)  # warm-up (first-call costs)
+    if isinstance(backend, RecordingBackend):     # record the measured run only, from a cold prefix cache
+        backend.calls.clear()
+        backend.llm.reset_prefix_cache()
     start, cpu = time.perf_counter(), time.process_time()
     result = engine.run(tasks, group_size, seed=seed)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -184,6 +234,9 @@ def _show(meta: dict, rows: dict) -> None:
         cpu_speedup = f"{row['cpu_speedup_vs_naive']:>13.1f}x" if "cpu_speedup_vs_naive" in row else f"{'-':>14}"
         print(f"{name:<26}{row['seconds']:>9.2f}{int(row['env_steps']):>11}{row['env_steps_per_s']:>9.1f}"
               f"{row['generated_tokens_per_s']:>11.0f}{speedup}{row['cpu_s']:>8.1f}{cpu_speedup}")
+    if "engine_overhead_vs_raw" in rows.get("vllm", {}):
+        print(f"the engine with vLLM against raw LLM.generate on the same calls: "
+              f"{rows['vllm']['engine_overhead_vs_raw']:+.1%} time (goal <= +10 %)")
 
 
 def _measure(args) -> dict:
@@ -191,17 +244,26 @@ def _measure(args) -> dict:
 
     from agentrl.config.loading import load_config
     from agentrl.envs import TaskRef
+    from agentrl.models import resolve_dtype
     from agentrl.rollout.backends import TorchBackend, vllm_available
 
     torch.set_num_threads(max(1, args.threads))
     cfg = workload(args)
+    device = args.device
+    paper = cfg.model.name_or_path != "tiny"
     tasks = [TaskRef(cfg.env.train_split, i) for i in range(cfg.env.tasks_per_iteration)]
     rows: dict[str, dict[str, float]] = {}
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-rollout-") as model_dir:
         # the recipe's tokenizer and model whatever the flags (its corpus depends on env.max_steps)
-        model, tokenizer = _build_model(load_config(args.recipe), args.seed, model_dir)
-        if not args.no_naive:
+        model, tokenizer, model_path = _build_model(load_config(args.recipe, ["model.random_init=true"] if paper
+                                                                else []), args.seed, model_dir)
+        dtype = resolve_dtype(cfg.model.dtype, device)
+        if model is None and "torch" in wanted:
+            model = TorchBackend.from_pretrained(model_path, device=device, dtype=dtype).model
+        if model is not None and device == "cuda":
+            model = model.to(device="cuda", dtype=dtype)
+        if not args.no_naive and not paper:
             rows["naive"] = _run_naive(model, tokenizer, cfg, tasks, args.seed)
         if "torch" in wanted:
             rows["engine"] = _run_engine(TorchBackend(model, tokenizer), tokenizer, cfg, tasks, args.seed)
@@ -213,9 +275,13 @@ def _measure(args) -> dict:
         if "vllm" in wanted and vllm_available():
             from agentrl.rollout.backends.vllm_engine import VllmBackend
 
-            backend = VllmBackend(model_dir, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens,
-                                  seed=args.seed)
-            rows["vllm"] = _run_engine(backend, tokenizer, cfg, tasks, args.seed)
+            backend = VllmBackend(model_path, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens,
+                                  seed=args.seed, device=device, dtype=dtype,
+                                  vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)
+            recorder = RecordingBackend(backend)
+            rows["vllm"] = _run_engine(recorder, tokenizer, cfg, tasks, args.seed)
+            rows["vllm-raw"] = _replay_raw(backend, recorder.calls)
+            rows["vllm"]["engine_overhead_vs_raw"] = rows["vllm"]["seconds"] / rows["vllm-raw"]["seconds"] - 1
             backend.close()
     base = rows["naive"]["env_steps"] / rows["naive"]["seconds"] if "naive" in rows else None
     base_cpu = rows["naive"]["env_steps"] / rows["naive"]["cpu_s"] if "naive" in rows else None
@@ -227,11 +293,14 @@ def _measure(args) -> dict:
             row["speedup_vs_naive"] = row["env_steps_per_s"] / base
             row["cpu_speedup_vs_naive"] = row["env_steps_per_cpu_s"] / base_cpu
     tiny = cfg.model.tiny
-    meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    described = (f"{cfg.model.name_or_path} (random weights)" if paper else
+                 f"qwen2 hidden {tiny.hidden_size}, {tiny.num_layers} layers, "
+                 f"{sum(p.numel() for p in model.parameters())} params, vocab {len(tokenizer)}")
+    meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": device,
+            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
             "recipe": args.recipe, "env": cfg.env.name, "split": cfg.env.train_split,
             "tasks": cfg.env.tasks_per_iteration, "group_size": cfg.env.group_size, "max_steps": cfg.env.max_steps,
             "max_prompt_tokens": cfg.rollout.max_prompt_tokens, "prompt_truncation": cfg.rollout.prompt_truncation,
             "max_response_tokens": cfg.rollout.max_response_tokens, "temperature": cfg.rollout.temperature,
-            "model": f"qwen2 hidden {tiny.hidden_size}, {tiny.num_layers} layers, "
-                     f"{sum(p.numel() for p in model.parameters())} params, vocab {len(tokenizer)}"}
+            "model": described}
     return {"meta": meta, "results": rows}

@@ -39,3 +39,13 @@ def test_every_variant_plays_the_same_steps_on_left_truncated_prompts():
     assert rows["engine"]["truncated_prompts"] > 0  # the TextCraft task text alone is longer than 192
     assert rows["naive"]["speedup_vs_naive"] == rows["naive"]["cpu_speedup_vs_naive"] == 1.0
     assert all(row["cpu_s"] > 0 and row["env_steps_per_cpu_s"] > 0 for row in rows.values())
+
+
+def test_paper_recipes_run_their_shape_with_random_weights_on_a_gpu_only():
+    import pytest
+
+    with pytest.raises(ValueError, match="--device cuda"):
+        bench.workload(_args("--recipe", "alfworld_bipace_qwen7b"))
+    cfg = bench.workload(_args("--recipe", "alfworld_bipace_qwen7b", "--device", "cuda", "--tasks", "4"))
+    assert cfg.model.random_init and cfg.model.name_or_path == "Qwen/Qwen2.5-7B-Instruct"
+    assert cfg.env.tasks_per_iteration == 4 and cfg.trainer.device == "cuda"

@@ -63,3 +63,20 @@ def test_vllm_logprobs_match_hf_after_load_weights(tiny_model_dir, tiny_tokenize
     assert not backend.record_hidden(1) and backend.prompt_hidden(prompts) is None
     assert all(g.hidden is None for g in first)
     backend.close()
+
+
+def test_bench_replays_the_engines_calls_through_raw_vllm():
+    """`agentrl bench rollout` measures the engine with vLLM against raw LLM.generate on the very same
+    calls: the same steps, and (seeded) the same generated tokens."""
+    from agentrl.bench import rollout as bench
+    from agentrl.bench._common import parse_target_args
+
+    report = bench._measure(parse_target_args(bench, ["--backends", "vllm", "--no-naive", "--tasks", "2",
+                                                      "--group-size", "2", "--max-steps", "3"]))
+    rows = report["results"]
+    assert set(rows) == {"vllm", "vllm-raw"} and report["meta"]["device"] == "cpu"
+    assert rows["vllm"]["env_steps"] == rows["vllm-raw"]["env_steps"] == 12
+    assert rows["vllm"]["generated_tokens"] == rows["vllm-raw"]["generated_tokens"] > 0
+    assert rows["vllm-raw"]["seconds"] > 0
+    assert rows["vllm"]["engine_overhead_vs_raw"] == pytest.approx(
+        rows["vllm"]["seconds"] / rows["vllm-raw"]["seconds"] - 1)
