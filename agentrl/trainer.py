@@ -11,7 +11,8 @@
                      backend did not record (vLLM), the pass runs before the estimator, over every
                      row, and gives them)
         update       PPO epochs over mini-batches, the estimator's loss options  (DeepSpeed ZeRO)
-        sync         new weights (policy version = iteration) into the rollout workers
+        sync         new weights (policy version = iteration) into the rollout workers (waking
+                     an engine that slept through the learner's passes, rollout.vllm.sleep_level)
         log / validate / checkpoint
 
 Components live elsewhere (``agentrl.rollout``, ``agentrl.learner``, ``agentrl.estimators``);
@@ -225,6 +226,9 @@ class Trainer:
         result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration,
                                   expert_guidance=cfg.rollout.expert_guidance)
         times["time/rollout_s"] = time.perf_counter() - t
+        # colocated layout: the rollout engine frees its GPU memory for the learner's passes
+        # (rollout.vllm.sleep_level); the weight sync below wakes it
+        times["time/sleep_s"] = self.rollout.sleep()
 
         # an estimator that reads hidden states gets them from the rollout backend's prefill; when
         # the rollout brought none (vLLM) the learner pass runs before the estimator, over every row.

@@ -100,6 +100,13 @@ class VllmConfig:
     tensor_parallel_size: int = F(1, "GPUs per vLLM engine", min=1)
     enforce_eager: bool = F(False, "disable CUDA graphs (always on for CPU)")
     max_num_seqs: int = F(256, "sequences vLLM schedules at once", min=1)
+    sleep_level: int = F(0, "colocated rollout and learner (GPU): between a rollout and the next weight sync the "
+                         "engine frees its GPU memory for the learner; 1 = weights to host memory and KV cache "
+                         "freed, 2 = both freed (the sync reloads the weights); 0 = never (docs/rollout.md, "
+                         "'Rollout and learner on one GPU')", choices=(0, 1, 2))
+    model_runner: str = F("auto", "vLLM's model runner: auto = vLLM's choice (V2 on CUDA from 0.29), v1 or v2 "
+                          "(VLLM_USE_V2_MODEL_RUNNER; seeded samples differ between them)",
+                          choices=("auto", "v1", "v2"))
 
 
 @dataclass

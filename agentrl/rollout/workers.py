@@ -101,11 +101,16 @@ class RolloutWorker:
                                group_ids=group_ids, traj_id_start=traj_id_start, expert_guidance=expert_guidance)
 
     def load_weights(self, *buckets: PackedWeights, version: int | None = None) -> None:
-        """Load one sync's packed buckets (Ray hands them over as views of the object store);
-        ``version``: the policy version they are (recorded on every later step as ``policy_version``)."""
+        """Load one sync's packed buckets (Ray hands them over as views of the object store), waking
+        a sleeping backend; ``version``: the policy version they are (recorded on every later step as
+        ``policy_version``)."""
         self.backend.load_weights(unpack_weights(buckets))
         if version is not None:
             self.engine.policy_version = int(version)
+
+    def sleep(self) -> float:
+        """Free the backend's accelerator memory until the next weight load (``rollout.vllm.sleep_level``)."""
+        return self.backend.sleep()
 
     def backend_stats(self) -> dict[str, float]:
         return self.backend.stats()
@@ -204,6 +209,14 @@ class RolloutWorkerGroup:
 
         refs = [ray.put(bucket) for bucket in as_buckets(weights)]
         ray.get([w.load_weights.remote(*refs, version=version) for w in self.workers])
+
+    def sleep(self) -> float:
+        """Every worker's backend frees its accelerator memory for the learner's passes (vLLM with
+        ``rollout.vllm.sleep_level`` > 0; nothing otherwise) until the next :meth:`load_weights`;
+        the longest worker's seconds."""
+        import ray
+
+        return max(ray.get([w.sleep.remote() for w in self.workers]), default=0.0)
 
     def backend_stats(self) -> list[dict[str, float]]:
         import ray

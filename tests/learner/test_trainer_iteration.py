@@ -15,27 +15,39 @@ from tiny_setup import learner_config, write_tiny_model
 
 
 class RecordedRollout:
-    """Hands back one recorded rollout; stands in for the Ray rollout workers."""
+    """Hands back one recorded rollout; stands in for the Ray rollout workers (and says in which order
+    the trainer called it, in ``events``, shared with the learner below)."""
 
-    def __init__(self, result: RolloutResult):
-        self.result = result
+    def __init__(self, result: RolloutResult, events: list):
+        self.result, self.events = result, events
 
     def run(self, tasks, group_size, seed, expert_guidance=False):
+        self.events.append("rollout")
         return self.result
 
+    def sleep(self):
+        self.events.append("sleep")
+        return 0.25
+
     def load_weights(self, state_dict, version=None):
+        self.events.append("load_weights")
         self.version = version
 
 
 class CountingLearner:
     """The real learner, counting the rows each log-prob pass scores."""
 
-    def __init__(self, learner: Learner):
-        self.learner, self.passes = learner, []
+    def __init__(self, learner: Learner, events: list):
+        self.learner, self.passes, self.events = learner, [], events
 
     def compute_logprobs(self, batch, hidden_layer=None):
+        self.events.append("pass")
         self.passes.append((len(batch), hidden_layer))
         return self.learner.compute_logprobs(batch, hidden_layer)
+
+    def update(self, batch, options=None):
+        self.events.append("update")
+        return self.learner.update(batch, options)
 
     def __getattr__(self, name):
         return getattr(self.learner, name)
@@ -75,13 +87,18 @@ def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
         if recorded_hidden:     # what the torch backend's prefill records (tests/rollout/test_torch_backend.py)
             hidden = learner.compute_logprobs(rollout.batch, hidden_layer=1).hidden
             rollout.batch = rollout.batch.with_columns(hidden=hidden)
-        trainer.learner = CountingLearner(learner)
-        trainer.rollout = RecordedRollout(rollout)
+        events = []
+        trainer.learner = CountingLearner(learner, events)
+        trainer.rollout = RecordedRollout(rollout, events)
         metrics = trainer.iteration(1, TaskSchedule("train", 2, 2, seed=0), trainer.estimator.new_state())
     finally:
         trainer.tracker.close()
     assert trainer.learner.passes == [(rows_scored, hidden_layer)]
     assert trainer.rollout.version == 1      # the weights after iteration 1's update are policy version 1
+    # a colocated rollout engine sleeps right after the rollout, before any learner pass, and the weight
+    # sync after the update wakes it
+    assert events == ["rollout", "sleep", "pass", "update", "load_weights"]
+    assert metrics["time/sleep_s"] == 0.25
     assert metrics["learner/optimizer_steps"] == 1.0 and metrics["time/learner_pass_s"] > 0
     # the recorded rollout reports log-probs of 0, so the gap is the learner's own -log p of those tokens
     assert metrics["learner/rollout_logprob_gap_max"] >= metrics["learner/rollout_logprob_gap_mean"] > 1.0

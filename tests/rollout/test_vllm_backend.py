@@ -30,6 +30,8 @@ def test_vllm_logprobs_match_hf_after_load_weights(tiny_model_dir, tiny_tokenize
     from agentrl.rollout.backends import SamplingParams, make_backend
 
     backend = make_backend("vllm", tiny_model_dir, max_model_len=512)
+    assert (0, 26) <= backend.version[:2] <= (0, 33)    # vllm_compat's tested range
+    assert backend.sleep() == 0.0 and not backend.asleep   # sleep mode is GPU-only: nothing happens on CPU
     texts = ["Crafting commands:\ncraft 4 oak planks using 1 oak logs", "Goal: craft stick.", "Inventory: [oak planks] (4)"]
     prompts = [tiny_tokenizer(t)["input_ids"] for t in texts]
     greedy = SamplingParams(max_tokens=10, temperature=0.0, stop_token_ids=tuple(stop_token_ids(tiny_tokenizer)))

@@ -97,6 +97,14 @@ class GenerationBackend(abc.ABC):
         answered (None when :meth:`record_hidden` is off or unsupported)."""
         return None
 
+    def sleep(self) -> float:
+        """Free accelerator memory until the next :meth:`load_weights` (the learner's passes run
+        meanwhile); the seconds it took. Nothing by default."""
+        return 0.0
+
+    def wake_up(self) -> None:
+        """Take back what :meth:`sleep` freed without loading new weights (nothing by default)."""
+
     def stats(self) -> dict[str, float]:
         """Counters since construction (tokens prefilled/generated, calls); backends may add more."""
         return {}

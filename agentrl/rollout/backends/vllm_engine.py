@@ -3,9 +3,15 @@
 vLLM is imported when a :class:`VllmBackend` is built, never at module import, so the rest of
 agentrl works without it (on CPU it lives in its own virtualenv: ``scripts/setup_vllm_cpu.sh``).
 
+* Supported releases: vLLM 0.26.0 through 0.33.0; every call that could differ between them goes
+  through :mod:`agentrl.rollout.backends.vllm_compat` (which says what was read in each release).
 * The engine runs **in this process** (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``uni`` executor):
   the learner's weights are loaded in place with ``collective_rpc("reload_weights")`` and the
   prefix cache is reset, no checkpoint on disk.
+* Sleep (``rollout.vllm.sleep_level``, GPU only): between a rollout and the next weight sync the
+  engine frees its GPU memory for the learner (level 1: weights to host memory, KV cache dropped;
+  level 2: both dropped). :meth:`load_weights` wakes the weights, loads the new ones, then wakes
+  the KV cache.
 * Prompts are token ids; prefix caching is on, so the G rollouts of a group share the prefill of
   their common prompt.
 * Log-probs: ``logprobs_mode="processed_logprobs"``, i.e. ``log_softmax(logits / T)`` of the
@@ -29,21 +35,15 @@ agentrl works without it (on CPU it lives in its own virtualenv: ``scripts/setup
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
 from typing import Mapping, Sequence
 
 import torch
 
+from agentrl.rollout.backends import vllm_compat as compat
 from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_VLLM_ENV_DEFAULTS = {
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",    # in-process engine: weights can be reloaded in place
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",           # GiB of KV cache on CPU
-}
 
 
 def _guard_llvmlite_dunder_lookup() -> None:
@@ -89,37 +89,27 @@ class VllmBackend(GenerationBackend):
 
     def __init__(self, model_dir: str, *, dtype: torch.dtype = torch.float32, max_model_len: int = 4096,
                  seed: int = 0, vllm_cfg=None, device: str = "cpu", enable_prefix_caching: bool = True):
-        for key, value in _VLLM_ENV_DEFAULTS.items():
-            os.environ.setdefault(key, value)
+        on_cpu = not device.startswith("cuda")
+        self.sleep_level = 0 if on_cpu else int(getattr(vllm_cfg, "sleep_level", 0))
+        compat.apply_env(compat.engine_env(getattr(vllm_cfg, "model_runner", "auto")))
         try:
             import vllm
         except ImportError as err:
-            raise ImportError("rollout.backend=vllm needs the vllm package: `pip install vllm` on GPU machines, "
-                              "or run `bash scripts/setup_vllm_cpu.sh` and use .venv-vllm on CPU machines "
+            raise ImportError("rollout.backend=vllm needs the vllm package: `pip install 'agentrl[vllm]'` on GPU "
+                              "machines, or run `bash scripts/setup_vllm_cpu.sh` and use .venv-vllm on CPU machines "
                               f"({err})") from err
         self._vllm = vllm
-        on_cpu = not device.startswith("cuda")
+        self.version = compat.check_version(vllm.__version__)
         if on_cpu:
             _keep_cpu_linear_weights()
             _guard_llvmlite_dunder_lookup()
-        kwargs = dict(model=str(model_dir), dtype=_DTYPE_NAMES.get(dtype, "float32"), max_model_len=int(max_model_len),
-                      seed=int(seed), enforce_eager=True if on_cpu else bool(getattr(vllm_cfg, "enforce_eager", False)),
-                      logprobs_mode="processed_logprobs", enable_prefix_caching=enable_prefix_caching,
-                      distributed_executor_backend="uni")
-        if on_cpu:
-            # a prompt prefilled in chunks makes vLLM rewind the request's seeded generator, which
-            # the CPU generator cannot do ("CPU Generator does not use offset"): whole prompts only
-            kwargs["enable_chunked_prefill"] = False
-            kwargs["max_num_batched_tokens"] = max(int(max_model_len), 16384)
-        if vllm_cfg is not None:
-            kwargs["max_num_seqs"] = int(vllm_cfg.max_num_seqs)
-            if not on_cpu:
-                kwargs["gpu_memory_utilization"] = float(vllm_cfg.gpu_memory_utilization)
-                kwargs["tensor_parallel_size"] = int(vllm_cfg.tensor_parallel_size)
-                if kwargs["tensor_parallel_size"] > 1:
-                    kwargs.pop("distributed_executor_backend")
+        kwargs = compat.engine_kwargs(self.version, model=model_dir, dtype=_DTYPE_NAMES.get(dtype, "float32"),
+                                      max_model_len=max_model_len, seed=seed, device=device, vllm_cfg=vllm_cfg,
+                                      enable_prefix_caching=enable_prefix_caching, sleep_level=self.sleep_level)
         self.llm = vllm.LLM(**kwargs)
-        self._counters = {"calls": 0, "prompts": 0, "generated_tokens": 0, "seconds": 0.0, "weight_loads": 0}
+        self.asleep = False
+        self._counters = {"calls": 0, "prompts": 0, "generated_tokens": 0, "seconds": 0.0, "weight_loads": 0,
+                          "sleeps": 0, "sleep_s": 0.0, "wake_s": 0.0}
 
     def _sampling(self, sampling: SamplingParams, index: int):
         return self._vllm.SamplingParams(
@@ -132,6 +122,8 @@ class VllmBackend(GenerationBackend):
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
         if not prompt_ids:
             return []
+        if self.asleep:
+            self.wake_up()
         start = time.perf_counter()
         prompts = [{"prompt_token_ids": list(map(int, p))} for p in prompt_ids]
         params = [self._sampling(sampling, i) for i in range(len(prompts))]
@@ -152,11 +144,47 @@ class VllmBackend(GenerationBackend):
         return results
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        weights = [(k[len("module."):] if k.startswith("module.") else k, v.detach().to("cpu"))
+        """Load new weights in place (waking a sleeping engine: its weights first, the KV cache after)."""
+        weights = [(k[len("module."):] if k.startswith("module.") else k, v.detach())
                    for k, v in state_dict.items()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if self.asleep:
+            start = time.perf_counter()
+            compat.wake_up(self.llm, ["weights"])
+            self._counters["wake_s"] += time.perf_counter() - start
+        compat.reload_weights(self.llm, weights)
+        if self.asleep:
+            start = time.perf_counter()
+            compat.wake_up(self.llm, ["kv_cache"])
+            self._counters["wake_s"] += time.perf_counter() - start
+            self.asleep = False
         self.llm.reset_prefix_cache()
         self._counters["weight_loads"] += 1
+
+    def sleep(self) -> float:
+        """Free the engine's GPU memory until the next :meth:`load_weights` (``rollout.vllm.sleep_level``;
+        nothing on CPU or at level 0); the seconds it took."""
+        if not self.sleep_level or self.asleep:
+            return 0.0
+        start = time.perf_counter()
+        compat.sleep(self.llm, self.sleep_level)
+        self.asleep = True
+        seconds = time.perf_counter() - start
+        self._counters["sleeps"] += 1
+        self._counters["sleep_s"] += seconds
+        return seconds
+
+    def wake_up(self) -> None:
+        """Wake without new weights (level 1 only: level 2 dropped them, so the learner's weights must be
+        loaded first)."""
+        if not self.asleep:
+            return
+        if self.sleep_level == 2:
+            raise RuntimeError("the vLLM engine dropped its weights (rollout.vllm.sleep_level=2): load the learner's "
+                               "weights before generating")
+        start = time.perf_counter()
+        compat.wake_up(self.llm, ["weights", "kv_cache"])
+        self._counters["wake_s"] += time.perf_counter() - start
+        self.asleep = False
 
     def stats(self) -> dict[str, float]:
         return dict(self._counters)
