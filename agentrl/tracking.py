@@ -7,13 +7,15 @@ wandb runs offline when no API key is configured (``logging.wandb.mode=auto``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 
 def _finite_numbers(metrics: dict[str, Any]) -> dict[str, float]:
@@ -71,6 +73,95 @@ class Tracker:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+class GpuMemory:
+    """The peak GPU memory in use on the learner's device during each phase of an iteration, every
+    process included (the learner's, a colocated vLLM engine's): ``used()`` is sampled every
+    ``interval_s`` by a daemon thread while a phase is open, and once as it opens and closes."""
+
+    def __init__(self, used: Callable[[], int], interval_s: float = 0.05):
+        self.used, self.interval_s = used, interval_s
+        self.peaks: dict[str, int] = {}
+        self._phase: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agentrl-gpu-memory", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def for_device(cls, device: str) -> "GpuMemory | None":
+        """A monitor of the current CUDA device (``torch.cuda.mem_get_info``), or None off a GPU."""
+        if device != "cuda":
+            return None
+        import torch
+
+        index = torch.cuda.current_device()
+
+        def used() -> int:
+            free, total = torch.cuda.mem_get_info(index)
+            return int(total - free)
+
+        return cls(used)
+
+    def _sample(self) -> None:
+        if self._phase is not None:
+            self.peaks[self._phase] = max(self.peaks.get(self._phase, 0), self.used())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with self._lock:
+                self._sample()
+
+    def begin(self, phase: str) -> None:
+        with self._lock:
+            self._phase = phase
+            self._sample()
+
+    def end(self) -> None:
+        with self._lock:
+            self._sample()
+            self._phase = None
+
+    def take(self) -> dict[str, float]:
+        """``memory/<phase>_peak_gb`` since the last call."""
+        with self._lock:
+            out = {f"memory/{phase}_peak_gb": used / 1e9 for phase, used in self.peaks.items()}
+            self.peaks = {}
+        return out
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
+class Phases:
+    """The seconds of each phase of an iteration (``time/<phase>_s``, summed when a phase runs twice)
+    and, with a :class:`GpuMemory`, its peak GPU memory (``memory/<phase>_peak_gb``)."""
+
+    def __init__(self, memory: GpuMemory | None = None, always: tuple[str, ...] = ()):
+        self.memory = memory
+        self.times = {f"time/{name}_s": 0.0 for name in always}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        if self.memory is not None:
+            self.memory.begin(name)
+        try:
+            yield
+        finally:
+            key = f"time/{name}_s"
+            self.times[key] = self.times.get(key, 0.0) + time.perf_counter() - start
+            if self.memory is not None:
+                self.memory.end()
+
+    def metrics(self) -> dict[str, float]:
+        out = dict(self.times)
+        out["time/iteration_s"] = sum(self.times.values())
+        if self.memory is not None:
+            out.update(self.memory.take())
+        return out
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.run_state import CheckpointNotWritten, RunDirectory, TrainerState
 from agentrl.task_schedule import TaskSchedule
-from agentrl.tracking import Tracker
+from agentrl.tracking import GpuMemory, Phases, Tracker
 
 
 def rollout_hidden_layer(cfg: Config, estimator: Estimator) -> int | None:
@@ -128,6 +128,7 @@ class Trainer:
         self.rollout = None
         self.learner = None
         self.tokenizer = None     # decodes the responses of the batches saved for agentrl inspect
+        self.memory = None        # GPU memory per phase, on a GPU
 
     # ----- setup ---------------------------------------------------------------------------------
     def prepare_policy(self) -> str:
@@ -144,6 +145,7 @@ class Trainer:
         start_ray(self.cfg)
         self.warn_if_local_learner_keeps_denormals()
         self.learner = LearnerGroup(self.cfg, model_dir)
+        self.memory = GpuMemory.for_device(self.learner_device())
         device = "cuda" if self.learner_device() == "cuda" else "cpu"
         gpus_per_worker = float(self.cfg.rollout.vllm.tensor_parallel_size) if device == "cuda" else 0.0
         self.rollout = RolloutWorkerGroup(model_dir, self.cfg.rollout, self.cfg.env, device=device,
@@ -219,16 +221,17 @@ class Trainer:
         return where
 
     def iteration(self, iteration: int, schedule: TaskSchedule, estimator_state: Any) -> dict[str, float]:
-        cfg, times = self.cfg, {}
+        cfg = self.cfg
+        phase = Phases(self.memory, always=("learner_pass",))     # seconds (and GPU memory) per phase
         tasks = schedule.tasks_for(iteration)
 
-        t = time.perf_counter()
-        result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration,
-                                  expert_guidance=cfg.rollout.expert_guidance)
-        times["time/rollout_s"] = time.perf_counter() - t
+        with phase("rollout"):
+            result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration,
+                                      expert_guidance=cfg.rollout.expert_guidance)
         # colocated layout: the rollout engine frees its GPU memory for the learner's passes
         # (rollout.vllm.sleep_level); the weight sync below wakes it
-        times["time/sleep_s"] = self.rollout.sleep()
+        with phase("sleep"):
+            self.rollout.sleep()
 
         # an estimator that reads hidden states gets them from the rollout backend's prefill; when
         # the rollout brought none (vLLM) the learner pass runs before the estimator, over every row.
@@ -237,36 +240,29 @@ class Trainer:
         estimator, batch = self.estimator, result.batch
         hidden_layer = estimator.row_inputs().hidden_layer
         pass_first = hidden_layer is not None and batch.hidden is None
-        times["time/learner_pass_s"] = 0.0
         if pass_first:
-            t = time.perf_counter()
-            batch = self.learner.compute_logprobs(batch, hidden_layer=hidden_layer)
-            times["time/learner_pass_s"] = time.perf_counter() - t
+            with phase("learner_pass"):
+                batch = self.learner.compute_logprobs(batch, hidden_layer=hidden_layer)
 
-        t = time.perf_counter()
-        advantages, diagnostics = estimator.advantages(batch, estimator_state)
-        batch = batch.with_columns(advantages=guided_advantages(batch, advantages))
-        times["time/estimate_s"] = time.perf_counter() - t
+        with phase("estimate"):
+            advantages, diagnostics = estimator.advantages(batch, estimator_state)
+            batch = batch.with_columns(advantages=guided_advantages(batch, advantages))
         saved = {}
         if cfg.logging.save_batches and iteration % cfg.logging.save_batches == 0:
-            saved = self.save_batch(iteration, batch, result)
-            times["time/save_batch_s"] = saved.pop("time/save_batch_s")
+            with phase("save_batch"):
+                saved = self.save_batch(iteration, batch, result)
         batch, kept = rows_to_train(batch, cfg.learner.skip_zero_advantage)
 
         if not pass_first and len(batch):
-            t = time.perf_counter()
-            batch = self.learner.compute_logprobs(batch)
-            times["time/learner_pass_s"] = time.perf_counter() - t
+            with phase("learner_pass"):
+                batch = self.learner.compute_logprobs(batch)
 
-        t = time.perf_counter()
-        # a batch without a trained row (every advantage 0 and skipped) makes no optimizer step
-        update = self.learner.update(batch, estimator.loss_options()) if len(batch) else {"optimizer_steps": 0.0}
-        times["time/update_s"] = time.perf_counter() - t
+        with phase("update"):
+            # a batch without a trained row (every advantage 0 and skipped) makes no optimizer step
+            update = self.learner.update(batch, estimator.loss_options()) if len(batch) else {"optimizer_steps": 0.0}
 
-        t = time.perf_counter()
-        self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=iteration)
-        times["time/sync_s"] = time.perf_counter() - t
-        times["time/iteration_s"] = sum(times.values())
+        with phase("sync"):
+            self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=iteration)
 
         metrics = episode_metrics(result)
         metrics.update({f"estimator/{k}": v for k, v in diagnostics.items()})
@@ -274,22 +270,20 @@ class Trainer:
         metrics["learner/trained_row_fraction"] = kept
         metrics.update(rollout_logprob_gap(batch))
         metrics.update(saved)
-        metrics.update(times)
+        metrics.update(phase.metrics())
         return metrics
 
     def save_batch(self, iteration: int, batch, result) -> dict[str, float]:
         """Save the estimated batch, its decoded responses and episodes for ``agentrl inspect``."""
         from agentrl.evaluation.inspector import save_batch
 
-        t = time.perf_counter()
         lengths = (batch.response_mask > 0).sum(dim=1).tolist()
         responses = self.tokenizer.batch_decode([ids[:n] for ids, n in zip(batch.response_ids.tolist(), lengths)])
         episodes = [{"traj_id": e.traj_id, "group_id": e.group_id, "task": e.task.to_dict(), "task_type": e.task_type,
                      "won": bool(e.won), "return": e.episode_return, "length": e.length} for e in result.episodes]
         path = save_batch(self.run.path, iteration, batch, responses, episodes,
                           {"estimator": self.cfg.algorithm.estimator, "run": self.run.name})
-        size = sum(f.stat().st_size for f in path.iterdir())
-        return {"time/save_batch_s": time.perf_counter() - t, "logging/saved_batch_mb": size / 2 ** 20}
+        return {"logging/saved_batch_mb": sum(f.stat().st_size for f in path.iterdir()) / 2 ** 20}
 
     def plot(self) -> None:
         """The run's learning_curve.png, redrawn from metrics.jsonl (a failure is a warning: it must
@@ -340,6 +334,8 @@ class Trainer:
         return metrics
 
     def close(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
         if self.rollout is not None:
             self.rollout.close()
         if self.learner is not None:

@@ -8,6 +8,8 @@
 #   bash scripts/gpu_smoke.sh                                  # defaults below
 #   RECIPE=alfworld_gigpo_qwen1.5b bash scripts/gpu_smoke.sh   # another 1.5B recipe (textcraft_* too)
 #   SMOKE_BACKEND=torch bash scripts/gpu_smoke.sh              # the torch rollout backend instead of vLLM
+#   SMOKE_SLEEP_LEVEL=2 bash scripts/gpu_smoke.sh              # vLLM drops its weights during the learner's
+#                                                              # passes (default 1: kept in host memory; 0: never sleeps)
 #   bash scripts/gpu_smoke.sh env.group_size=8                 # extra key=value overrides go last
 #   SMOKE_BACKEND=torch RECIPE=textcraft_bipace_qwen7b bash scripts/gpu_smoke.sh model.lora_rank=64 \
 #       model.lora_alpha=128 learner.zero_stage=2                # the 7B shape on one GPU: LoRA, 44 GB
@@ -25,6 +27,7 @@ cd "$(dirname "$0")/.."
 PY=${AGENTRL_PYTHON:-.venv/bin/python}
 RECIPE=${RECIPE:-alfworld_bipace_qwen1.5b}
 BACKEND=${SMOKE_BACKEND:-vllm}
+SLEEP_LEVEL=${SMOKE_SLEEP_LEVEL:-1}
 OUT=${SMOKE_OUT:-/tmp/agentrl-gpu-smoke}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} RAY_USAGE_STATS_ENABLED=0 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 
@@ -63,6 +66,7 @@ ARGS=(
   rollout.prompt_truncation=left
   rollout.vllm.tensor_parallel_size=1
   rollout.vllm.gpu_memory_utilization=0.3
+  "rollout.vllm.sleep_level=$SLEEP_LEVEL"
   learner.num_ranks=1
   learner.mini_batch_size=64
   learner.micro_batch_size=4

@@ -10,6 +10,10 @@ One line per training iteration and a summary:
 * learner tokens/s: tokens (prompt + response) through forward and backward in the PPO update,
   summed over learner ranks, per second of update (``learner/tokens_per_s``);
 * iteration s: rollout + learner pass + estimate + update + weight sync (``time/iteration_s``);
+* sync s and sleep s: the weight sync (a sleeping vLLM engine's wake-up included) and the engine's
+  sleep after the rollout (``rollout.vllm.sleep_level``);
+* peak GPU memory (GB) of each phase, every process on the device included
+  (``memory/<phase>_peak_gb``; logged on a GPU);
 * logprob gap: the largest absolute difference between the rollout backend's log-prob of a sampled
   token and the learner's (``learner/rollout_logprob_gap_max``): bf16 generation leaves a small
   one, a weight sync that did not arrive a large one (shown as nan when the run did not log it).
@@ -75,6 +79,9 @@ def iteration_rows(records: list[dict[str, Any]]) -> list[dict[str, float]]:
             "learner_pass_s": float(r.get("time/learner_pass_s", 0.0)),
             "update_s": float(r.get("time/update_s", 0.0)),
             "sync_s": float(r.get("time/sync_s", 0.0)),
+            "sleep_s": float(r.get("time/sleep_s", 0.0)),
+            **{f"peak_gb_{k[len('memory/'):-len('_peak_gb')]}": float(v) for k, v in r.items()
+               if k.startswith("memory/") and k.endswith("_peak_gb")},
             "response_tokens": float(r.get("rollout/response_tokens", 0.0)),
             "step_records": float(r.get("rollout/step_records", 0.0)),
             "logprob_gap_max": float(r.get("learner/rollout_logprob_gap_max", float("nan"))),
@@ -95,12 +102,14 @@ def summarize(rows: list[dict[str, float]]) -> dict[str, Any]:
 
 def format_report(rows: list[dict[str, float]], summary: dict[str, Any]) -> str:
     lines = [f"{'iter':>4} {'rollout tok/s':>14} {'learner tok/s':>14} {'iteration s':>12}   "
-             "(rollout s, learner pass s, update s, sync s; generated tokens, step records; logprob gap max)"]
+             "(rollout s, learner pass s, update s, sync s, sleep s; generated tokens, step records; logprob gap "
+             "max; peak GPU GB per phase)"]
     for r in rows:
+        peaks = ", ".join(f"{k[len('peak_gb_'):]} {v:.1f}" for k, v in r.items() if k.startswith("peak_gb_"))
         lines.append(f"{int(r['iteration']):>4} {r['rollout_tokens_per_s']:>14.1f} {r['learner_tokens_per_s']:>14.1f} "
                      f"{r['iteration_s']:>12.2f}   ({r['rollout_s']:.2f}, {r['learner_pass_s']:.2f}, "
-                     f"{r['update_s']:.2f}, {r['sync_s']:.2f}; {int(r['response_tokens'])}, {int(r['step_records'])}; "
-                     f"{r['logprob_gap_max']:.3g})")
+                     f"{r['update_s']:.2f}, {r['sync_s']:.2f}, {r['sleep_s']:.2f}; {int(r['response_tokens'])}, "
+                     f"{int(r['step_records'])}; {r['logprob_gap_max']:.3g}" + (f"; {peaks})" if peaks else ")"))
     if rows:
         span = summary["averaged_over"]
         which = f"iteration {span[0]}" if len(span) == 1 else f"iterations {span[0]}-{span[-1]}"

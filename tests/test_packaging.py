@@ -129,7 +129,9 @@ def test_gpu_smoke_script_parses_and_its_overrides_are_valid_config(recipe_overr
     text = SMOKE.read_text()
     recipe = recipe_override or re.search(r"RECIPE=\$\{RECIPE:-([\w.\-]+)\}", text).group(1)
     backend = backend or re.search(r"BACKEND=\$\{SMOKE_BACKEND:-(\w+)\}", text).group(1)
-    args = re.search(r"\nARGS=\(\n(.*?)\n\)", text, re.S).group(1).replace("$BACKEND", backend).split()
+    sleep_level = re.search(r"SLEEP_LEVEL=\$\{SMOKE_SLEEP_LEVEL:-(\d)\}", text).group(1)
+    args = re.search(r"\nARGS=\(\n(.*?)\n\)", text, re.S).group(1).replace("$BACKEND", backend) \
+        .replace("$SLEEP_LEVEL", sleep_level).split()
     cfg = load_config(recipe, [a.strip('"') for a in args] + ["trainer.output_dir=/tmp/agentrl-gpu-smoke",
                                                                "trainer.run_name=smoke"])
     assert cfg.env.name == ("textcraft" if recipe_override else "alfworld")
@@ -137,6 +139,7 @@ def test_gpu_smoke_script_parses_and_its_overrides_are_valid_config(recipe_overr
     assert cfg.trainer.iterations == 2 and cfg.trainer.device == "cuda"
     assert cfg.rollout.backend == backend and cfg.learner.num_ranks == 1
     assert cfg.rollout.vllm.tensor_parallel_size == 1
+    assert cfg.rollout.vllm.sleep_level == 1     # one GPU: vLLM sleeps through the learner's passes
 
 
 def test_qwen15b_architecture_is_known_for_random_init():

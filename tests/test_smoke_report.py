@@ -136,9 +136,13 @@ def test_command_line_exit_codes(tmp_path):
 
 def test_the_trainer_still_logs_the_keys_the_report_reads():
     trainer = (ROOT / "agentrl" / "trainer.py").read_text()
+    tracking = (ROOT / "agentrl" / "tracking.py").read_text()
     engine = (ROOT / "agentrl" / "learner" / "engine.py").read_text()
-    for key in ("time/rollout_s", "time/learner_pass_s", "time/update_s", "time/sync_s", "time/iteration_s",
-                "response_tokens", "step_records", "learner/rollout_logprob_gap_max"):
+    # phase timings are time/<phase>_s (agentrl.tracking.Phases), iteration time their sum
+    assert 'f"time/{name}_s"' in tracking and '"time/iteration_s"' in tracking
+    for name in ("rollout", "learner_pass", "update", "sync", "sleep"):
+        assert f'phase("{name}")' in trainer, name
+    for key in ("response_tokens", "step_records", "learner/rollout_logprob_gap_max"):
         assert key in trainer, key
     assert "tokens_per_s=" in engine
     for key in ("time/iteration_s", "time/rollout_s", "rollout/response_tokens", "learner/tokens_per_s"):

@@ -108,3 +108,34 @@ def test_rollout_logprob_gap_counts_only_sampled_response_tokens():
     assert rollout_logprob_gap(scored) == {"learner/rollout_logprob_gap_mean": 0.25,
                                            "learner/rollout_logprob_gap_max": 0.25}
     assert rollout_logprob_gap(scored.select(torch.tensor([False, True]))) == {}    # guided rows only
+
+
+def test_phases_time_each_phase_and_take_the_gpu_memory_peak_of_each():
+    import time
+
+    from agentrl.tracking import GpuMemory, Phases
+
+    readings = iter([1, 5, 3, 9, 2, 2, 2])      # bytes in use, as mem_get_info would report them
+    last = [0]
+
+    def used():
+        last[0] = next(readings, last[0])
+        return last[0]
+
+    memory = GpuMemory(used, interval_s=3600.0)  # sampled only as phases open and close here
+    try:
+        phase = Phases(memory, always=("learner_pass",))
+        with phase("rollout"):      # samples 1 and 5
+            time.sleep(0.01)
+        with phase("update"):       # 3 and 9
+            pass
+        with phase("update"):       # 2 and 2: a second run of a phase adds its seconds
+            pass
+        metrics = phase.metrics()
+    finally:
+        memory.close()
+    assert metrics["time/learner_pass_s"] == 0.0 and metrics["time/rollout_s"] >= 0.01
+    assert metrics["time/iteration_s"] == pytest.approx(metrics["time/rollout_s"] + metrics["time/update_s"])
+    assert metrics["memory/rollout_peak_gb"] == 5e-9 and metrics["memory/update_peak_gb"] == 9e-9
+    assert memory.take() == {}          # taken: the next iteration starts afresh
+    assert GpuMemory.for_device("cpu") is None

@@ -98,7 +98,7 @@ def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
     # a colocated rollout engine sleeps right after the rollout, before any learner pass, and the weight
     # sync after the update wakes it
     assert events == ["rollout", "sleep", "pass", "update", "load_weights"]
-    assert metrics["time/sleep_s"] == 0.25
+    assert 0.0 <= metrics["time/sleep_s"] < metrics["time/iteration_s"]
     assert metrics["learner/optimizer_steps"] == 1.0 and metrics["time/learner_pass_s"] > 0
     # the recorded rollout reports log-probs of 0, so the gap is the learner's own -log p of those tokens
     assert metrics["learner/rollout_logprob_gap_max"] >= metrics["learner/rollout_logprob_gap_mean"] > 1.0
