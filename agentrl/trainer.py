@@ -50,6 +50,21 @@ def rollout_hidden_layer(cfg: Config, estimator: Estimator) -> int | None:
     return layer
 
 
+def weight_sync_path(cfg: Config, learner_device: str, learner_gpu: str | None,
+                     rollout_gpus: list[str | None]) -> str:
+    """``ipc`` (CUDA IPC handles: nothing leaves the GPU) when ``rollout.weight_sync`` asks for it or,
+    with ``auto``, when it applies: one learner rank on a GPU with ZeRO <= 2 and every rollout worker on
+    that same GPU (``*_gpu``: device UUIDs). Otherwise ``packed`` (host buckets through Ray)."""
+    applies = (learner_device == "cuda" and cfg.learner.num_ranks == 1 and cfg.learner.zero_stage < 3
+               and learner_gpu is not None and bool(rollout_gpus) and all(g == learner_gpu for g in rollout_gpus))
+    wanted = cfg.rollout.weight_sync
+    if wanted == "ipc" and not applies:
+        raise UsageError("rollout.weight_sync=ipc needs one learner rank (learner.num_ranks=1) on a GPU with "
+                         "learner.zero_stage <= 2 and every rollout worker on the learner's GPU; set "
+                         "rollout.weight_sync=auto (or packed) for this layout")
+    return "ipc" if wanted == "ipc" or (wanted == "auto" and applies) else "packed"
+
+
 def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     from agentrl.rollout.validation import summarize
 
@@ -129,6 +144,7 @@ class Trainer:
         self.learner = None
         self.tokenizer = None     # decodes the responses of the batches saved for agentrl inspect
         self.memory = None        # GPU memory per phase, on a GPU
+        self.weight_sync = "packed"   # or "ipc": weight_sync_path
 
     # ----- setup ---------------------------------------------------------------------------------
     def prepare_policy(self) -> str:
@@ -153,6 +169,12 @@ class Trainer:
                                           dtype=self.cfg.model.dtype if device == "cuda" else "float32",
                                           num_gpus_per_worker=gpus_per_worker,
                                           hidden_layer=rollout_hidden_layer(self.cfg, self.estimator))
+        if device == "cuda":
+            from agentrl.rollout.weight_transfer import device_uuid
+
+            self.weight_sync = weight_sync_path(self.cfg, device, device_uuid(), self.rollout.gpu_uuids())
+        else:
+            self.weight_sync = weight_sync_path(self.cfg, device, None, [])
         if self.cfg.logging.save_batches:
             from agentrl.models import load_tokenizer
 
@@ -179,7 +201,7 @@ class Trainer:
         if state.iteration > 0:
             self.learner.load_checkpoint(str(self.run.learner_checkpoint(state.iteration)))
             self.tracker.status(f"resumed {self.run.name} after iteration {state.iteration}")
-        self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=state.iteration)
+        self.sync_weights(version=state.iteration)
         schedule = TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
         estimator_state = self.estimator.restore_state(state.estimator_state)
         if state.iteration == 0 and cfg.trainer.eval_before_train and cfg.trainer.eval_every > 0:
@@ -262,7 +284,7 @@ class Trainer:
             update = self.learner.update(batch, estimator.loss_options()) if len(batch) else {"optimizer_steps": 0.0}
 
         with phase("sync"):
-            self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=iteration)
+            self.sync_weights(version=iteration)
 
         metrics = episode_metrics(result)
         metrics.update({f"estimator/{k}": v for k, v in diagnostics.items()})
@@ -272,6 +294,14 @@ class Trainer:
         metrics.update(saved)
         metrics.update(phase.metrics())
         return metrics
+
+    def sync_weights(self, version: int) -> None:
+        """The learner's weights into every rollout worker, as policy ``version`` (``weight_sync_path``)."""
+        if self.weight_sync == "ipc":
+            self.rollout.load_weights_ipc(self.learner.ipc_weights_for_rollout(), version=version)
+            self.learner.release_ipc_weights()
+        else:
+            self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=version)
 
     def save_batch(self, iteration: int, batch, result) -> dict[str, float]:
         """Save the estimated batch, its decoded responses and episodes for ``agentrl inspect``."""

@@ -139,3 +139,28 @@ def test_phases_time_each_phase_and_take_the_gpu_memory_peak_of_each():
     assert metrics["memory/rollout_peak_gb"] == 5e-9 and metrics["memory/update_peak_gb"] == 9e-9
     assert memory.take() == {}          # taken: the next iteration starts afresh
     assert GpuMemory.for_device("cpu") is None
+
+
+@pytest.mark.parametrize("wanted, device, ranks, stage, learner_gpu, rollout_gpus, path", [
+    ("auto", "cpu", 1, 2, None, [], "packed"),
+    ("auto", "cuda", 1, 2, "GPU-a", ["GPU-a", "GPU-a"], "ipc"),        # colocated: nothing leaves the GPU
+    ("auto", "cuda", 1, 2, "GPU-a", ["GPU-a", "GPU-b"], "packed"),     # a worker on another GPU
+    ("auto", "cuda", 2, 2, "GPU-a", ["GPU-a"], "packed"),              # Ray learner ranks
+    ("auto", "cuda", 1, 3, "GPU-a", ["GPU-a"], "packed"),              # ZeRO-3 gathers one parameter at a time
+    ("packed", "cuda", 1, 2, "GPU-a", ["GPU-a"], "packed"),
+    ("ipc", "cuda", 1, 2, "GPU-a", ["GPU-a"], "ipc"),
+])
+def test_the_weight_sync_path(wanted, device, ranks, stage, learner_gpu, rollout_gpus, path):
+    from agentrl.trainer import weight_sync_path
+
+    cfg = load_config("textcraft_grpo_tiny", [f"rollout.weight_sync={wanted}", f"learner.num_ranks={ranks}",
+                                              f"learner.zero_stage={stage}"])
+    assert weight_sync_path(cfg, device, learner_gpu, rollout_gpus) == path
+
+
+def test_ipc_weight_sync_where_it_cannot_apply_is_a_usage_error():
+    from agentrl.trainer import weight_sync_path
+
+    cfg = load_config("textcraft_grpo_tiny", ["rollout.weight_sync=ipc"])
+    with pytest.raises(UsageError, match="rollout.weight_sync=ipc needs one learner rank"):
+        weight_sync_path(cfg, "cpu", None, [])

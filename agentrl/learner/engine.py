@@ -30,7 +30,7 @@ from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
-from agentrl.rollout.weight_transfer import BUCKET_BYTES, PackedWeights, pack_weights
+from agentrl.rollout.weight_transfer import BUCKET_BYTES, IpcWeights, PackedWeights, ipc_handles, pack_weights
 
 CHECKPOINT_TAG = "state"
 RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean", "rollout_is_weight", "rollout_is_capped")
@@ -420,6 +420,20 @@ class Learner:
     def state_dict_for_rollout(self) -> dict[str, torch.Tensor]:
         """:meth:`rollout_weights` as a CPU ``{name: tensor}`` dict on rank 0; ``{}`` on other ranks."""
         return {name: value.to("cpu", copy=True) for name, value in self.rollout_weights()}
+
+    def ipc_weights_for_rollout(self) -> IpcWeights:
+        """CUDA IPC handles of :meth:`rollout_weights` (one rank, ZeRO <= 2, on a GPU): a weight that is
+        a parameter itself is shared, not copied; merged LoRA weights are fresh tensors. They stay
+        alive until :meth:`release_ipc_weights`, after the rollout worker copied them."""
+        if self.device != "cuda" or self.world_size != 1 or self.cfg.learner.zero_stage == 3:
+            raise RuntimeError("CUDA IPC weight sync needs one learner rank on a GPU with ZeRO <= 2 (ZeRO-3 "
+                               "gathers each parameter only for a moment)")
+        self._ipc_kept: list[torch.Tensor] = []
+        return ipc_handles(self.rollout_weights(), self._ipc_kept)
+
+    def release_ipc_weights(self) -> None:
+        torch.cuda.synchronize()
+        self._ipc_kept = []
 
     def packed_weights_for_rollout(self, bucket_bytes: int = BUCKET_BYTES) -> list[PackedWeights]:
         """:meth:`rollout_weights` copied straight into flat byte buckets for the rollout workers

@@ -121,6 +121,16 @@ class LearnerGroup:
             return self.local.state_dict_for_rollout()
         return self._all("state_dict_for_rollout")[0]
 
+    def ipc_weights_for_rollout(self):
+        """CUDA IPC handles of the weights (one local rank on a GPU; see ``Learner.ipc_weights_for_rollout``)."""
+        if self.local is None:
+            raise RuntimeError("CUDA IPC weight sync needs one learner rank in this process")
+        return self.local.ipc_weights_for_rollout()
+
+    def release_ipc_weights(self) -> None:
+        if self.local is not None:
+            self.local.release_ipc_weights()
+
     def packed_weights_for_rollout(self) -> list[PackedWeights]:
         """Rank 0's weights in flat byte buckets (NumPy: they come back from a rank without a copy)."""
         if self.local is not None:

@@ -13,6 +13,12 @@ the backend copies into its model.
 
 ``agentrl bench sync`` times both (docs/benchmarks.md, "Weight sync"): 8.7x faster at the
 Qwen2.5-0.5B shape on 2 CPU cores, 6.05x at the 1.5B shape on an H200.
+
+When the learner and the rollout engine share a GPU (the colocated layout) no byte needs to leave
+it: :func:`ipc_handles` turns the learner's weight tensors into CUDA IPC handles (a few hundred
+bytes each, no copy of a weight that is a parameter itself) and :func:`open_ipc_handles` gives the
+rollout worker tensors on the very same device memory, which the backend copies into its model
+(``rollout.weight_sync``; docs/rollout.md). Not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -110,4 +116,58 @@ def as_buckets(weights: Mapping[str, torch.Tensor] | Sequence[PackedWeights],
     return iter(weights)
 
 
-__all__ = ["BUCKET_BYTES", "PackedWeights", "as_buckets", "pack_weights", "unpack_weights"]
+@dataclass
+class IpcWeights:
+    """CUDA IPC handles of named tensors on one GPU (``device_uuid``), from
+    ``torch.multiprocessing.reductions.reduce_tensor``. The sender keeps the tensors alive until
+    the receiver has copied them."""
+
+    device_uuid: str
+    handles: list[tuple[str, tuple]] = field(default_factory=list)
+
+
+def device_uuid(index: int | None = None) -> str:
+    """The UUID of a CUDA device (the same GPU has the same UUID in every process, whatever its index)."""
+    index = torch.cuda.current_device() if index is None else index
+    return str(torch.cuda.get_device_properties(index).uuid)
+
+
+def ipc_handles(named_tensors: Iterable[tuple[str, torch.Tensor]], keep: list[torch.Tensor]) -> IpcWeights:
+    """Handles of ``(name, CUDA tensor)`` pairs; every tensor handed out is appended to ``keep``
+    (contiguous ones as they are, others as a contiguous copy), which must outlive the receiver's copy."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    weights = IpcWeights(device_uuid())
+    for name, tensor in named_tensors:
+        tensor = tensor.detach()
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()
+        keep.append(tensor)
+        weights.handles.append((name, tuple(reduce_tensor(tensor)[1])))
+    return weights
+
+
+def local_device_index(uuid: str) -> int:
+    """This process's index of the GPU with ``uuid``; ValueError when it does not see that GPU."""
+    for index in range(torch.cuda.device_count()):
+        if device_uuid(index) == uuid:
+            return index
+    raise ValueError(f"this process does not see GPU {uuid}: CUDA IPC needs the learner and the rollout engine on "
+                     "the same GPU (rollout.weight_sync=packed works across GPUs and nodes)")
+
+
+def open_ipc_handles(weights: IpcWeights) -> dict[str, torch.Tensor]:
+    """``{name: tensor}`` on the sender's memory (read them before the sender frees them)."""
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    index = local_device_index(weights.device_uuid)
+    state = {}
+    for name, args in weights.handles:
+        args = list(args)
+        args[6] = index             # the storage's device: this process's index of the same GPU
+        state[name] = rebuild_cuda_tensor(*args)
+    return state
+
+
+__all__ = ["BUCKET_BYTES", "IpcWeights", "PackedWeights", "as_buckets", "device_uuid", "ipc_handles",
+           "local_device_index", "open_ipc_handles", "pack_weights", "unpack_weights"]

@@ -24,7 +24,8 @@ from agentrl.denormals import denormals_flushed, flush_denormals
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
-from agentrl.rollout.weight_transfer import PackedWeights, as_buckets, unpack_weights
+from agentrl.rollout.weight_transfer import (IpcWeights, PackedWeights, as_buckets, device_uuid, open_ipc_handles,
+                                             unpack_weights)
 
 WORKER_SEED_STRIDE = 7919
 
@@ -107,6 +108,20 @@ class RolloutWorker:
         self.backend.load_weights(unpack_weights(buckets))
         if version is not None:
             self.engine.policy_version = int(version)
+
+    def load_weights_ipc(self, weights: IpcWeights, version: int | None = None) -> None:
+        """Load weights that stay on the learner's GPU (CUDA IPC handles): the backend copies them
+        device to device, then the handles are dropped."""
+        state = open_ipc_handles(weights)
+        self.backend.load_weights(state)
+        torch.cuda.synchronize()
+        del state
+        if version is not None:
+            self.engine.policy_version = int(version)
+
+    def gpu_uuid(self) -> str | None:
+        """The UUID of the GPU this worker's backend runs on (None on CPU)."""
+        return device_uuid() if torch.cuda.is_available() else None
 
     def sleep(self) -> float:
         """Free the backend's accelerator memory until the next weight load (``rollout.vllm.sleep_level``)."""
@@ -209,6 +224,17 @@ class RolloutWorkerGroup:
 
         refs = [ray.put(bucket) for bucket in as_buckets(weights)]
         ray.get([w.load_weights.remote(*refs, version=version) for w in self.workers])
+
+    def load_weights_ipc(self, weights, version: int | None = None) -> None:
+        """Load the learner's weights through CUDA IPC handles (every worker on the learner's GPU)."""
+        import ray
+
+        ray.get([w.load_weights_ipc.remote(weights, version=version) for w in self.workers])
+
+    def gpu_uuids(self) -> list[str | None]:
+        import ray
+
+        return ray.get([w.gpu_uuid.remote() for w in self.workers])
 
     def sleep(self) -> float:
         """Every worker's backend frees its accelerator memory for the learner's passes (vLLM with
