@@ -54,7 +54,8 @@ def weight_sync_path(cfg: Config, learner_device: str, learner_gpu: str | None,
                      rollout_gpus: list[str | None]) -> str:
     """``ipc`` (CUDA IPC handles: nothing leaves the GPU) when ``rollout.weight_sync`` asks for it or,
     with ``auto``, when it applies: one learner rank on a GPU with ZeRO <= 2 and every rollout worker on
-    that same GPU (``*_gpu``: device UUIDs). Otherwise ``packed`` (host buckets through Ray)."""
+    that same GPU (``*_gpu``: device UUIDs). ``auto`` otherwise: ``broadcast`` (NCCL from the learner's
+    rank 0) on GPUs, ``packed`` (host buckets through Ray) on CPU. ``broadcast`` and ``packed`` as asked."""
     applies = (learner_device == "cuda" and cfg.learner.num_ranks == 1 and cfg.learner.zero_stage < 3
                and learner_gpu is not None and bool(rollout_gpus) and all(g == learner_gpu for g in rollout_gpus))
     wanted = cfg.rollout.weight_sync
@@ -62,7 +63,9 @@ def weight_sync_path(cfg: Config, learner_device: str, learner_gpu: str | None,
         raise UsageError("rollout.weight_sync=ipc needs one learner rank (learner.num_ranks=1) on a GPU with "
                          "learner.zero_stage <= 2 and every rollout worker on the learner's GPU; set "
                          "rollout.weight_sync=auto (or packed) for this layout")
-    return "ipc" if wanted == "ipc" or (wanted == "auto" and applies) else "packed"
+    if wanted != "auto":
+        return wanted
+    return "ipc" if applies else "broadcast" if learner_device == "cuda" else "packed"
 
 
 def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
@@ -144,7 +147,8 @@ class Trainer:
         self.learner = None
         self.tokenizer = None     # decodes the responses of the batches saved for agentrl inspect
         self.memory = None        # GPU memory per phase, on a GPU
-        self.weight_sync = "packed"   # or "ipc": weight_sync_path
+        self.weight_sync = "packed"   # or "ipc", "broadcast": weight_sync_path
+        self.broadcast_layout = None
 
     # ----- setup ---------------------------------------------------------------------------------
     def prepare_policy(self) -> str:
@@ -175,6 +179,12 @@ class Trainer:
             self.weight_sync = weight_sync_path(self.cfg, device, device_uuid(), self.rollout.gpu_uuids())
         else:
             self.weight_sync = weight_sync_path(self.cfg, device, None, [])
+        if self.weight_sync == "broadcast":     # the learner's rank 0 and the workers form one group, once
+            host, port = self.learner.weight_broadcast_address()
+            self.broadcast_layout = self.learner.weight_broadcast_layout()
+            joining = self.rollout.join_weight_broadcast(host, port)
+            self.learner.join_weight_broadcast(host, port, self.rollout.num_workers + 1)
+            self.rollout.wait(joining)
         if self.cfg.logging.save_batches:
             from agentrl.models import load_tokenizer
 
@@ -300,6 +310,10 @@ class Trainer:
         if self.weight_sync == "ipc":
             self.rollout.load_weights_ipc(self.learner.ipc_weights_for_rollout(), version=version)
             self.learner.release_ipc_weights()
+        elif self.weight_sync == "broadcast":
+            receiving = self.rollout.receive_weights(self.broadcast_layout, version=version)
+            self.learner.broadcast_weights(self.broadcast_layout)
+            self.rollout.wait(receiving)
         else:
             self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=version)
 

@@ -124,3 +124,17 @@ def test_gpu_recipe_without_gpu_is_refused_before_anything_is_written(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "needs GPUs" in out and "*_tiny" in out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_two_ranks_broadcast_their_weights_to_the_rollout_workers(tmp_path, start_model):
+    """rollout.weight_sync=broadcast: the learner's rank 0 (a Ray actor here) and the rollout worker
+    form a group of their own (gloo on CPU, NCCL on GPUs); iteration 2 samples with the weights it
+    broadcast after iteration 1, so the rollout's log-probs are the learner's."""
+    args = [a for a in train_args(tmp_path / "out", start_model) if not a.startswith("trainer.save_every")]
+    proc = run_cli([*args, "rollout.weight_sync=broadcast", "trainer.save_every=0"])
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    records = read_metrics(tmp_path / "out" / "run" / "metrics.jsonl")
+    iteration_2 = next(r for r in records if r.get("step") == 2 and "learner/loss" in r)
+    assert iteration_2["learner/rollout_logprob_gap_max"] < 1e-3
+    assert iteration_2["time/sync_s"] > 0

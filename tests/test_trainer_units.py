@@ -144,9 +144,10 @@ def test_phases_time_each_phase_and_take_the_gpu_memory_peak_of_each():
 @pytest.mark.parametrize("wanted, device, ranks, stage, learner_gpu, rollout_gpus, path", [
     ("auto", "cpu", 1, 2, None, [], "packed"),
     ("auto", "cuda", 1, 2, "GPU-a", ["GPU-a", "GPU-a"], "ipc"),        # colocated: nothing leaves the GPU
-    ("auto", "cuda", 1, 2, "GPU-a", ["GPU-a", "GPU-b"], "packed"),     # a worker on another GPU
-    ("auto", "cuda", 2, 2, "GPU-a", ["GPU-a"], "packed"),              # Ray learner ranks
-    ("auto", "cuda", 1, 3, "GPU-a", ["GPU-a"], "packed"),              # ZeRO-3 gathers one parameter at a time
+    ("auto", "cuda", 1, 2, "GPU-a", ["GPU-a", "GPU-b"], "broadcast"),  # a worker on another GPU
+    ("auto", "cuda", 2, 2, "GPU-a", ["GPU-a"], "broadcast"),           # Ray learner ranks
+    ("auto", "cuda", 1, 3, "GPU-a", ["GPU-a"], "broadcast"),           # ZeRO-3 gathers one parameter at a time
+    ("broadcast", "cpu", 1, 2, None, [], "broadcast"),                 # gloo on CPU
     ("packed", "cuda", 1, 2, "GPU-a", ["GPU-a"], "packed"),
     ("ipc", "cuda", 1, 2, "GPU-a", ["GPU-a"], "ipc"),
 ])

@@ -145,9 +145,10 @@ class RolloutConfig:
                             choices=("rerun", "mask"))
     weight_sync: str = F("auto", "how new weights reach the rollout workers: ipc = CUDA IPC handles of the learner's "
                          "tensors, no copy leaves the GPU (one learner rank with ZeRO <= 2 and every rollout worker on "
-                         "its GPU); packed = flat byte buckets through host memory and Ray's object store (any "
-                         "layout, CPU included); auto = ipc where it applies, else packed",
-                         choices=("auto", "ipc", "packed"))
+                         "its GPU); broadcast = a process group of the learner's rank 0 and the workers, NCCL on GPUs "
+                         "(gloo on CPU); packed = flat byte buckets through host memory and Ray's object store; auto = "
+                         "ipc where it applies, else broadcast on GPUs, else packed",
+                         choices=("auto", "ipc", "broadcast", "packed"))
     expert_guidance: bool = F(False, "training rollouts only: add one episode played by the env's expert solver "
                               "to every group whose episodes all failed, so the group has a winner (off-policy "
                               "guidance; its steps are scored and updated like the policy's own and are left out "

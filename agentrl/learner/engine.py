@@ -30,7 +30,8 @@ from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
-from agentrl.rollout.weight_transfer import BUCKET_BYTES, IpcWeights, PackedWeights, ipc_handles, pack_weights
+from agentrl.rollout.weight_transfer import (BUCKET_BYTES, BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast,
+                                             broadcast_layout, ipc_handles, pack_weights)
 
 CHECKPOINT_TAG = "state"
 RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean", "rollout_is_weight", "rollout_is_capped")
@@ -430,6 +431,24 @@ class Learner:
                                "gathers each parameter only for a moment)")
         self._ipc_kept: list[torch.Tensor] = []
         return ipc_handles(self.rollout_weights(), self._ipc_kept)
+
+    def weight_broadcast_layout(self, bucket_bytes: int = BUCKET_BYTES) -> Optional[BroadcastLayout]:
+        """Where each rollout weight sits in the broadcast buckets (rank 0; collective under ZeRO-3)."""
+        layout = broadcast_layout(self.rollout_weights(), bucket_bytes)
+        return layout if self.ranks.is_main else None
+
+    def join_weight_broadcast(self, host: str, port: int, world_size: int) -> None:
+        """Rank 0 joins the weight-broadcast group with the rollout workers (as its rank 0)."""
+        if self.ranks.is_main:
+            self._broadcast = WeightBroadcast(host, port, 0, world_size, self.device)
+
+    def broadcast_weights(self, layout: BroadcastLayout) -> int:
+        """Send the weights to the rollout workers (every rank runs it: ZeRO-3 gathers); bytes sent."""
+        if self.ranks.is_main:
+            return self._broadcast.send(self.rollout_weights(), layout)
+        for _ in self.rollout_weights():
+            pass
+        return 0
 
     def release_ipc_weights(self) -> None:
         torch.cuda.synchronize()

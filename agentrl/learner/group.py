@@ -127,6 +127,35 @@ class LearnerGroup:
             raise RuntimeError("CUDA IPC weight sync needs one learner rank in this process")
         return self.local.ipc_weights_for_rollout()
 
+    def weight_broadcast_address(self) -> tuple[str, int]:
+        """Where rank 0 serves the weight-broadcast group: its node's address and a free port there."""
+        if self.local is not None:
+            import ray
+
+            host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+            return host, free_port()
+        import ray
+
+        return ray.get(self.actors[0].node_address.remote())
+
+    def weight_broadcast_layout(self):
+        if self.local is not None:
+            return self.local.weight_broadcast_layout()
+        return self._all("weight_broadcast_layout")[0]
+
+    def join_weight_broadcast(self, host: str, port: int, world_size: int) -> None:
+        """Rank 0 joins (blocks until every rollout worker has joined too)."""
+        if self.local is not None:
+            return self.local.join_weight_broadcast(host, port, world_size)
+        import ray
+
+        ray.get(self.actors[0].call.remote("join_weight_broadcast", host, port, world_size))
+
+    def broadcast_weights(self, layout) -> int:
+        if self.local is not None:
+            return self.local.broadcast_weights(layout)
+        return self._all("broadcast_weights", layout)[0]
+
     def release_ipc_weights(self) -> None:
         if self.local is not None:
             self.local.release_ipc_weights()

@@ -19,6 +19,11 @@ it: :func:`ipc_handles` turns the learner's weight tensors into CUDA IPC handles
 bytes each, no copy of a weight that is a parameter itself) and :func:`open_ipc_handles` gives the
 rollout worker tensors on the very same device memory, which the backend copies into its model
 (``rollout.weight_sync``; docs/rollout.md). Not yet run on a GPU.
+
+Across GPUs (and nodes), :class:`WeightBroadcast` is a process group of its own between the
+learner's rank 0 and the rollout workers (NCCL on GPUs, gloo on CPU; the learner's training group is
+untouched): rank 0 packs the weights into device buckets laid out once (:func:`broadcast_layout`)
+and broadcasts them, each worker receives them straight into its device memory.
 """
 
 from __future__ import annotations
@@ -169,5 +174,87 @@ def open_ipc_handles(weights: IpcWeights) -> dict[str, torch.Tensor]:
     return state
 
 
-__all__ = ["BUCKET_BYTES", "IpcWeights", "PackedWeights", "as_buckets", "device_uuid", "ipc_handles",
+@dataclass(frozen=True)
+class BroadcastLayout:
+    """Where every weight sits in the broadcast buckets: fixed for a model, so computed once and
+    sent to the workers with each sync (``entries`` per bucket as in :class:`PackedWeights`)."""
+
+    buckets: tuple[tuple[tuple[str, str, tuple[int, ...], int, int], ...], ...]
+    sizes: tuple[int, ...]
+
+
+def broadcast_layout(named_tensors: Iterable[tuple[str, torch.Tensor]],
+                     bucket_bytes: int = BUCKET_BYTES) -> BroadcastLayout:
+    """The bucket layout of ``(name, tensor)`` pairs (only their dtypes and shapes are read)."""
+    buckets, sizes, entries, offset = [], [], [], 0
+    for name, tensor in named_tensors:
+        count = tensor.numel() * tensor.element_size()
+        if entries and offset + count > bucket_bytes:
+            buckets.append(tuple(entries))
+            sizes.append(offset)
+            entries, offset = [], 0
+        entries.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), offset, count))
+        offset += _aligned(count)
+    if entries:
+        buckets.append(tuple(entries))
+        sizes.append(offset)
+    return BroadcastLayout(tuple(buckets), tuple(sizes))
+
+
+class WeightBroadcast:
+    """One process group between the learner's rank 0 (rank 0) and the rollout workers (ranks 1..W).
+
+    Built with its own ``TCPStore`` at ``host:port`` (rank 0 serves it), so it lives beside the
+    learner's training group; every member must construct it at about the same time (each waits
+    for the others up to ``timeout_s``). NCCL when ``device`` is ``cuda``, gloo otherwise.
+    """
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int, device: str, timeout_s: float = 600.0):
+        import datetime
+
+        import torch.distributed as dist
+
+        self.rank, self.world_size = rank, world_size
+        self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+        store = dist.TCPStore(host, int(port), world_size, rank == 0, timeout=datetime.timedelta(seconds=timeout_s))
+        self.group = (dist.ProcessGroupNCCL(store, rank, world_size) if device == "cuda" else
+                      dist.ProcessGroupGloo(store, rank, world_size))
+        self._options = dist.BroadcastOptions()
+        self._options.rootRank = 0
+
+    def _broadcast(self, buffer: torch.Tensor) -> None:
+        self.group.broadcast([buffer], self._options).wait()
+
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], layout: BroadcastLayout) -> int:
+        """Rank 0: broadcast the weights bucket by bucket (the order of ``layout``); the bytes sent."""
+        expected = iter([entry for bucket in layout.buckets for entry in bucket])
+        bucket_index, buffer, sent = 0, None, 0
+        for name, tensor in named_tensors:
+            entry = next(expected, None)
+            if entry is None or entry[0] != name:
+                raise ValueError(f"weight {name!r} is not where the broadcast layout has {entry and entry[0]!r}")
+            if buffer is None:
+                buffer = torch.empty(layout.sizes[bucket_index], dtype=torch.uint8, device=self.device)
+            _, _, _, offset, count = entry
+            buffer[offset:offset + count].copy_(_byte_view(tensor.to(self.device)))
+            if entry == layout.buckets[bucket_index][-1]:
+                self._broadcast(buffer)
+                sent += buffer.numel()
+                bucket_index, buffer = bucket_index + 1, None
+        if bucket_index != len(layout.buckets):
+            raise ValueError(f"{len(layout.buckets) - bucket_index} bucket(s) of the layout got no weights")
+        return sent
+
+    def receive(self, layout: BroadcastLayout) -> dict[str, torch.Tensor]:
+        """Ranks 1..W: ``{name: tensor}`` on this member's device (views into the received buckets)."""
+        state = {}
+        for entries, size in zip(layout.buckets, layout.sizes):
+            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+            self._broadcast(buffer)
+            for name, dtype, shape, offset, count in entries:
+                state[name] = buffer[offset:offset + count].view(getattr(torch, dtype)).view(shape)
+        return state
+
+
+__all__ = ["BUCKET_BYTES", "BroadcastLayout", "IpcWeights", "WeightBroadcast", "broadcast_layout", "PackedWeights", "as_buckets", "device_uuid", "ipc_handles",
            "local_device_index", "open_ipc_handles", "pack_weights", "unpack_weights"]

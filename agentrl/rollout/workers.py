@@ -24,8 +24,8 @@ from agentrl.denormals import denormals_flushed, flush_denormals
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
-from agentrl.rollout.weight_transfer import (IpcWeights, PackedWeights, as_buckets, device_uuid, open_ipc_handles,
-                                             unpack_weights)
+from agentrl.rollout.weight_transfer import (BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast, as_buckets,
+                                             device_uuid, open_ipc_handles, unpack_weights)
 
 WORKER_SEED_STRIDE = 7919
 
@@ -73,6 +73,8 @@ class RolloutWorker:
         elif torch_threads == 0:    # rollout.torch_threads=0: this machine's cores, shared by the workers
             torch.set_num_threads(default_torch_threads(num_workers))
         self.tokenizer = load_tokenizer(model_dir)
+        self.device = device
+        self.broadcast = None       # WeightBroadcast, when rollout.weight_sync=broadcast
         self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
                                     max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
                                     seed=seed, vllm_cfg=rollout_cfg.vllm)
@@ -115,6 +117,18 @@ class RolloutWorker:
         state = open_ipc_handles(weights)
         self.backend.load_weights(state)
         torch.cuda.synchronize()
+        del state
+        if version is not None:
+            self.engine.policy_version = int(version)
+
+    def join_weight_broadcast(self, host: str, port: int, rank: int, world_size: int) -> None:
+        """Join the weight-broadcast group as ``rank`` (the learner's rank 0 is rank 0)."""
+        self.broadcast = WeightBroadcast(host, port, rank, world_size, "cuda" if self.device.startswith("cuda") else "cpu")
+
+    def receive_weights(self, layout: BroadcastLayout, version: int | None = None) -> None:
+        """Receive one broadcast of the learner's weights (straight into this worker's device) and load them."""
+        state = self.broadcast.receive(layout)
+        self.backend.load_weights(state)
         del state
         if version is not None:
             self.engine.policy_version = int(version)
@@ -230,6 +244,22 @@ class RolloutWorkerGroup:
         import ray
 
         ray.get([w.load_weights_ipc.remote(weights, version=version) for w in self.workers])
+
+    def join_weight_broadcast(self, host: str, port: int) -> list:
+        """Start every worker joining the weight-broadcast group at ``host:port`` (ranks 1..W; the
+        learner's rank 0 joins as rank 0, which completes it); the calls to wait for."""
+        world = self.num_workers + 1
+        return [w.join_weight_broadcast.remote(host, port, i + 1, world) for i, w in enumerate(self.workers)]
+
+    def receive_weights(self, layout, version: int | None = None) -> list:
+        """Start every worker receiving one broadcast; the calls to wait for (after rank 0 sent)."""
+        return [w.receive_weights.remote(layout, version=version) for w in self.workers]
+
+    @staticmethod
+    def wait(calls: list) -> None:
+        import ray
+
+        ray.get(calls)
 
     def gpu_uuids(self) -> list[str | None]:
         import ray

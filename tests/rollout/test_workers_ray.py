@@ -11,7 +11,7 @@ import torch
 from agentrl.envs import TaskRef, make_env
 from agentrl.models import build_tiny_model
 from agentrl.rollout.validation import validate
-from agentrl.rollout.weight_transfer import pack_weights
+from agentrl.rollout.weight_transfer import WeightBroadcast, broadcast_layout, pack_weights
 from agentrl.rollout.workers import RolloutWorkerGroup, default_torch_threads, split_evenly
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
@@ -100,3 +100,28 @@ def test_expert_guidance_through_workers(ray_cluster, tiny_model_dir):
     assert bool(batch.success[guided].all()) and not batch.success[~guided].any()
     assert all(batch.action_valid[guided].tolist())
     assert batch.hidden is not None and batch.hidden.shape[0] == len(batch) and bool(batch.hidden.isfinite().all())
+
+
+def test_weights_broadcast_from_rank_zero_to_every_worker(ray_cluster, tiny_model_dir, tiny_tokenizer):
+    """rollout.weight_sync=broadcast: this process plays the learner's rank 0 of a group of its own
+    with the two workers (gloo on CPU; NCCL on GPUs), sends new weights in several buckets, and the
+    workers generate with exactly those weights."""
+    from agentrl.learner.distributed import free_port
+
+    tasks = [TaskRef("depth2", 1), TaskRef("depth2", 2)]
+    with _group(tiny_model_dir, "textcraft") as group:
+        port = free_port()
+        joining = group.join_weight_broadcast("127.0.0.1", port)
+        sender = WeightBroadcast("127.0.0.1", port, 0, group.num_workers + 1, "cpu", timeout_s=120)
+        group.wait(joining)
+        other = build_tiny_model(TINY, tiny_tokenizer, seed=9).eval()
+        weights = list(other.state_dict().items())
+        layout = broadcast_layout(weights, bucket_bytes=64 * 1024)
+        assert len(layout.buckets) > 2
+        receiving = group.receive_weights(layout, version=5)
+        sent = sender.send(iter(weights), layout)
+        group.wait(receiving)
+        assert sent == sum(layout.sizes)
+        greedy = group.run(tasks, group_size=2, sampling=group.sampling_params(temperature=0.0))
+        check_logprobs_match(other, greedy.batch, (0, len(greedy.batch) - 1))
+        assert (greedy.batch.policy_version == 5).all()
