@@ -9,6 +9,11 @@ workers (torch backend, on ``--device``, TextCraft env actors). The learner's si
   byte buckets (:mod:`agentrl.rollout.weight_transfer`), each bucket is put into Ray's object
   store once, and every worker maps it and copies it into its model
   (:meth:`RolloutWorkerGroup.load_weights`). Split into ``pack_s`` and ``load_s``.
+* ``broadcast`` (``rollout.weight_sync=broadcast``): this process plays the learner's rank 0 of a
+  process group of its own with the workers (gloo on CPU, NCCL on GPUs) and broadcasts device
+  buckets; the workers receive them into their device and load them;
+* ``ipc`` (``rollout.weight_sync=ipc``, GPU only, the workers sharing the learner's GPU): CUDA IPC
+  handles of the learner's tensors, copied device to device by the workers;
 * ``tensor_dict`` (the sync before the packed buckets): a ``{name: CPU tensor}`` dict put into the
   object store, and an actor holding a model of the same shape on the same device gets it and
   copies every tensor in. Ray pickles tensors in band, so the bytes are copied on the way in and
@@ -26,7 +31,7 @@ import time
 
 from agentrl.bench._common import cpu_name, run_report
 
-HELP = "learner-to-rollout weight sync (packed buckets vs a tensor dict) at a Qwen2.5 shape"
+HELP = "learner-to-rollout weight sync (packed buckets, broadcast, CUDA IPC, a tensor dict) at a Qwen2.5 shape"
 
 
 def add_arguments(parser) -> None:
@@ -72,7 +77,8 @@ def _measure(args) -> dict:
     from agentrl.config import load_config
     from agentrl.models import load_model
     from agentrl.ray_start import init_local_ray
-    from agentrl.rollout.weight_transfer import pack_weights
+    from agentrl.learner.distributed import free_port
+    from agentrl.rollout.weight_transfer import WeightBroadcast, broadcast_layout, ipc_handles, pack_weights
     from agentrl.rollout.workers import RolloutWorkerGroup
 
     if args.workers < 1 or args.repeats < 1 or args.bucket_mb < 1:
@@ -81,7 +87,9 @@ def _measure(args) -> dict:
     gpu = args.device.startswith("cuda")
     cfg = load_config("textcraft_grpo_tiny", [f"env.tasks_per_iteration={args.workers}", "env.group_size=1",
                                               "env.num_servers=1"])
-    times: dict[str, list[dict[str, float]]] = {"packed": [], "tensor_dict": []}
+    times: dict[str, list[dict[str, float]]] = {"packed": [], "broadcast": [], "tensor_dict": []}
+    if gpu:
+        times["ipc"] = []
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-sync-") as scratch:
         model_dir = _random_model(cfg, args.arch, os.path.join(scratch, "model"), seed=0)
         source = load_model(_random_model(cfg, args.arch, os.path.join(scratch, "source"), seed=1),
@@ -96,8 +104,24 @@ def _measure(args) -> dict:
                                    num_gpus_per_worker=share)
         receiver = ray.remote(_DictReceiver).options(num_cpus=0.5, num_gpus=share).remote(model_dir, args.device,
                                                                                           args.dtype)
+        port = free_port()
+        joining = group.join_weight_broadcast("127.0.0.1", port)
+        sender = WeightBroadcast("127.0.0.1", port, 0, args.workers + 1, "cuda" if gpu else "cpu")
+        group.wait(joining)
+        layout = broadcast_layout(named, args.bucket_mb * 2**20)
         try:
             for repeat in range(args.repeats + 1):
+                start = time.perf_counter()
+                receiving = group.receive_weights(layout)
+                sender.send(iter(named), layout)
+                group.wait(receiving)
+                broadcast_row = {"total_s": time.perf_counter() - start}
+                ipc_row = None
+                if gpu:
+                    start, kept = time.perf_counter(), []
+                    group.load_weights_ipc(ipc_handles(named, kept))
+                    kept.clear()
+                    ipc_row = {"total_s": time.perf_counter() - start}
                 start = time.perf_counter()
                 buckets = list(pack_weights(named, args.bucket_mb * 2**20))
                 packed = time.perf_counter()
@@ -110,7 +134,10 @@ def _measure(args) -> dict:
                 dict_row = {"total_s": time.perf_counter() - start}
                 if repeat:   # the first of each is a warm-up
                     times["packed"].append(row)
+                    times["broadcast"].append(broadcast_row)
                     times["tensor_dict"].append(dict_row)
+                    if ipc_row is not None:
+                        times["ipc"].append(ipc_row)
         finally:
             group.close()
             ray.kill(receiver)
@@ -118,7 +145,9 @@ def _measure(args) -> dict:
     for kind, rows in times.items():
         results[kind] = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
         results[kind]["gb_per_s"] = nbytes / 1e9 / results[kind]["total_s"]
-    results["packed"]["speedup"] = results["tensor_dict"]["total_s"] / results["packed"]["total_s"]
+    for kind in results:
+        if kind != "tensor_dict":
+            results[kind]["speedup"] = results["tensor_dict"]["total_s"] / results[kind]["total_s"]
     meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "device": args.device,
             "gpu": torch.cuda.get_device_name() if gpu else None, "arch": args.arch, "dtype": args.dtype,
             "gb": nbytes / 1e9, "tensors": len(named), "workers": args.workers, "repeats": args.repeats,

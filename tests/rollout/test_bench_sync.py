@@ -1,4 +1,4 @@
-"""``agentrl bench sync`` moves weights into real Ray rollout workers both ways and reports both."""
+"""``agentrl bench sync`` moves weights into real Ray rollout workers every way and reports each."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 
-def test_sync_bench_times_packed_and_tensor_dict_syncs(ray_cluster, tiny_model_dir, capsys):
+def test_sync_bench_times_packed_broadcast_and_tensor_dict_syncs(ray_cluster, tiny_model_dir, capsys):
     argv = ["--arch", str(tiny_model_dir), "--dtype", "float32", "--repeats", "2", "--bucket-mb", "1"]
     assert bench.run(parse_target_args(bench, argv)) == 0          # the text table
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("weight sync benchmark:") and "median of 2" in lines[0]
-    assert [line.split()[0] for line in lines[2:]] == ["packed", "tensor_dict"]
+    assert [line.split()[0] for line in lines[2:]] == ["packed", "broadcast", "tensor_dict"]
     report = bench._measure(parse_target_args(bench, argv))
     meta, rows = report["meta"], report["results"]
     assert meta["device"] == "cpu" and meta["workers"] == 1 and meta["tensors"] > 10 and meta["gb"] > 0
-    assert set(rows) == {"packed", "tensor_dict"}
+    assert set(rows) == {"packed", "broadcast", "tensor_dict"}       # ipc: on a GPU only
+    assert rows["broadcast"]["speedup"] == pytest.approx(rows["tensor_dict"]["total_s"] / rows["broadcast"]["total_s"])
     packed = rows["packed"]
     assert packed["total_s"] == pytest.approx(packed["pack_s"] + packed["load_s"], rel=0.05)
     assert packed["speedup"] == pytest.approx(rows["tensor_dict"]["total_s"] / packed["total_s"])
