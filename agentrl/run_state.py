@@ -6,6 +6,7 @@ Layout of ``<trainer.output_dir>/<run name>/``::
     metrics.jsonl, tensorboard/ tracking
     init_model/, sft_model/     the starting policy (tiny recipes)
     checkpoints/iter_000010/    learner/ (model, optimizer, RNG) + trainer_state.json
+                                (+ rollout_buffer/ with trainer.mode one_step_off or async)
     checkpoints/latest          name of the newest complete checkpoint
     final_model/                the trained policy as a Hugging Face directory
 
@@ -21,7 +22,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from agentrl.config import Config, config_to_yaml
 from agentrl.errors import UsageError
@@ -106,8 +107,9 @@ class RunDirectory:
             shutil.copytree(directory, self.checkpoint_dir(state.iteration), dirs_exist_ok=True)
         return state
 
-    def save(self, state: TrainerState, learner) -> Path:
-        """Write a complete checkpoint for ``state.iteration`` and point ``latest`` at it.
+    def save(self, state: TrainerState, learner, extra: Callable[[Path], None] | None = None) -> Path:
+        """Write a complete checkpoint for ``state.iteration`` and point ``latest`` at it (``extra``
+        writes more into the checkpoint's directory before it is complete, e.g. the rollout buffer).
 
         When the disk cannot hold it (judged from the newest checkpoint's size before writing, or an
         ENOSPC/EDQUOT while writing), the checkpoints that the keep-count would prune after this
@@ -124,6 +126,8 @@ class RunDirectory:
         try:
             partial.mkdir()
             learner.save_checkpoint(str(partial / "learner"))
+            if extra is not None:
+                extra(partial)
             (partial / "trainer_state.json").write_text(state.to_json())
         except Exception as err:  # noqa: BLE001 - a Ray rank's error wraps the OSError
             cause = getattr(err, "cause", None) or err

@@ -4,7 +4,10 @@
     estimator from the registry: its parameters, the row inputs it needs, its loss options, its state
     for each iteration:
         rollout      tasks x G episodes through the env servers          -> StepBatch
-                     (with the hidden state the estimator asks for, when the backend records it)
+                     (with the hidden state the estimator asks for, when the backend records it);
+                     trainer.mode one_step_off / async: the rollout calls ran ahead while the learner
+                     updated, and the iteration takes the next whole groups from their buffer
+                     (at most max_staleness policy versions old: agentrl.rollout.stream)
         estimate     advantages with the configured estimator            (pure function)
         learner pass old log-probs, reference log-probs                  (one forward pass over
                      the rows the update trains on; when the estimator needs hidden states the
@@ -12,8 +15,9 @@
                      row, and gives them)
         update       PPO epochs over mini-batches, the estimator's loss options  (DeepSpeed ZeRO)
         sync         new weights (policy version = iteration) into the rollout workers (waking
-                     an engine that slept through the learner's passes, rollout.vllm.sleep_level)
-        log / validate / checkpoint
+                     an engine that slept through the learner's passes, rollout.vllm.sleep_level;
+                     async: a worker in the middle of a rollout loads them at its next env step)
+        log / validate / checkpoint (with the rollout buffer in one_step_off / async)
 
 Components live elsewhere (``agentrl.rollout``, ``agentrl.learner``, ``agentrl.estimators``);
 run-directory bookkeeping (checkpoints, resume) is in :mod:`agentrl.run_state`.
@@ -66,6 +70,39 @@ def weight_sync_path(cfg: Config, learner_device: str, learner_gpu: str | None,
     if wanted != "auto":
         return wanted
     return "ipc" if applies else "broadcast" if learner_device == "cuda" else "packed"
+
+
+def check_overlap_layout(cfg: Config, weight_sync: str) -> None:
+    """``trainer.mode`` one_step_off and async keep the rollout engines running while the learner
+    works, which a colocated layout (an engine that sleeps for the learner, CUDA IPC weights that
+    the learner reuses) cannot do."""
+    mode = cfg.trainer.mode
+    if mode == "sync":
+        return
+    if cfg.rollout.vllm.sleep_level:
+        raise UsageError(f"trainer.mode={mode} keeps the rollout running while the learner updates, so the engine "
+                         "cannot sleep: set rollout.vllm.sleep_level=0 (and give the rollout its own GPUs), or "
+                         "trainer.mode=sync")
+    if weight_sync == "ipc":
+        raise UsageError(f"trainer.mode={mode} loads weights while a rollout runs, which CUDA IPC weights cannot "
+                         "wait for: set rollout.weight_sync=broadcast (or auto), or trainer.mode=sync")
+
+
+def learner_threads(cfg: Config) -> int | None:
+    """CPU threads of a one-rank learner in this process (``learner.torch_threads``): None leaves
+    torch's default; with one_step_off/async the cores are shared with the rollout workers."""
+    from agentrl.rollout.workers import available_cores
+
+    if cfg.learner.torch_threads:
+        return cfg.learner.torch_threads
+    if cfg.trainer.mode == "sync":
+        return None
+    return max(1, available_cores() // (cfg.rollout.num_workers + 1))
+
+
+def rollout_seed(cfg: Config, iteration: int) -> int:
+    """The sampling seed of iteration ``iteration``'s rollout (of rollout call ``iteration``)."""
+    return cfg.trainer.seed * 1_000_003 + iteration
 
 
 def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
@@ -149,6 +186,7 @@ class Trainer:
         self.memory = None        # GPU memory per phase, on a GPU
         self.weight_sync = "packed"   # or "ipc", "broadcast": weight_sync_path
         self.broadcast_layout = None
+        self.stream = None        # RolloutStream: the calls ahead of the learner (one_step_off, async)
 
     # ----- setup ---------------------------------------------------------------------------------
     def prepare_policy(self) -> str:
@@ -162,23 +200,33 @@ class Trainer:
         from agentrl.learner.group import LearnerGroup
         from agentrl.rollout.workers import RolloutWorkerGroup
 
-        start_ray(self.cfg)
+        cfg = self.cfg
+        start_ray(cfg)
         self.warn_if_local_learner_keeps_denormals()
-        self.learner = LearnerGroup(self.cfg, model_dir)
-        self.memory = GpuMemory.for_device(self.learner_device())
         device = "cuda" if self.learner_device() == "cuda" else "cpu"
-        gpus_per_worker = float(self.cfg.rollout.vllm.tensor_parallel_size) if device == "cuda" else 0.0
-        self.rollout = RolloutWorkerGroup(model_dir, self.cfg.rollout, self.cfg.env, device=device,
-                                          env_url=self.cfg.env.server_url,
-                                          dtype=self.cfg.model.dtype if device == "cuda" else "float32",
+        threads = learner_threads(cfg) if device == "cpu" and cfg.learner.num_ranks == 1 else None
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        self.learner = LearnerGroup(cfg, model_dir)
+        self.memory = GpuMemory.for_device(self.learner_device())
+        gpus_per_worker = float(cfg.rollout.vllm.tensor_parallel_size) if device == "cuda" else 0.0
+        overlapped = cfg.trainer.mode != "sync"
+        self.rollout = RolloutWorkerGroup(model_dir, cfg.rollout, cfg.env, device=device,
+                                          env_url=cfg.env.server_url,
+                                          dtype=cfg.model.dtype if device == "cuda" else "float32",
                                           num_gpus_per_worker=gpus_per_worker,
-                                          hidden_layer=rollout_hidden_layer(self.cfg, self.estimator))
+                                          hidden_layer=rollout_hidden_layer(cfg, self.estimator),
+                                          # the learner runs at the same time: one more share of the cores
+                                          thread_shares=cfg.rollout.num_workers + 1 if overlapped else None)
         if device == "cuda":
             from agentrl.rollout.weight_transfer import device_uuid
 
-            self.weight_sync = weight_sync_path(self.cfg, device, device_uuid(), self.rollout.gpu_uuids())
+            self.weight_sync = weight_sync_path(cfg, device, device_uuid(), self.rollout.gpu_uuids())
         else:
-            self.weight_sync = weight_sync_path(self.cfg, device, None, [])
+            self.weight_sync = weight_sync_path(cfg, device, None, [])
+        check_overlap_layout(cfg, self.weight_sync)
         if self.weight_sync == "broadcast":     # the learner's rank 0 and the workers form one group, once
             host, port = self.learner.weight_broadcast_address()
             self.broadcast_layout = self.learner.weight_broadcast_layout()
@@ -213,6 +261,8 @@ class Trainer:
             self.tracker.status(f"resumed {self.run.name} after iteration {state.iteration}")
         self.sync_weights(version=state.iteration)
         schedule = TaskSchedule.for_split(cfg.env, cfg.trainer.seed)
+        if cfg.trainer.mode != "sync":
+            self.start_stream(schedule, state.iteration)
         estimator_state = self.estimator.restore_state(state.estimator_state)
         if state.iteration == 0 and cfg.trainer.eval_before_train and cfg.trainer.eval_every > 0:
             self.validate(0)
@@ -239,12 +289,54 @@ class Trainer:
         self.tracker.status(f"final model exported in {time.perf_counter() - t:.1f}s: {final}")
         return {"run_dir": str(self.run.path), "final_model": str(final)}
 
-    def checkpoint(self, state: TrainerState) -> Optional[Path]:
+    def start_stream(self, schedule: TaskSchedule, done: int) -> None:
+        """The rollout calls of one_step_off/async, numbered like iterations; after a resume, the
+        checkpoint's buffered groups, and the calls that were in flight submitted again."""
+        from agentrl.rollout.stream import RolloutStream
+
+        cfg = self.cfg
+        self.stream = RolloutStream(self.rollout, schedule.tasks_for, lambda call: rollout_seed(cfg, call),
+                                    cfg.env.group_size, cfg.env.tasks_per_iteration,
+                                    expert_guidance=cfg.rollout.expert_guidance, next_call=done + 1)
+        saved = self.run.checkpoint_dir(done) / "rollout_buffer"
+        if done > 0 and saved.is_dir():
+            groups = self.stream.restore(saved)
+            self.tracker.log({"async/groups_restored": float(groups),
+                              "async/calls_resubmitted": float(self.stream.resubmitted)}, done)
+            self.tracker.status(f"restored {groups} buffered groups; {self.stream.resubmitted} rollout calls that "
+                                "were in flight run again")
+
+    def max_staleness(self) -> int:
+        return 1 if self.cfg.trainer.mode == "one_step_off" else self.cfg.trainer.max_staleness
+
+    def next_groups(self, iteration: int):
+        """one_step_off/async: rollout calls submitted up to ``max_staleness`` iterations ahead, then
+        the next whole groups for the learner at policy version ``iteration - 1``."""
+        cfg = self.cfg
+        ahead = iteration + self.max_staleness()
+        needed = (cfg.trainer.iterations - iteration + 1) * cfg.env.tasks_per_iteration
+
+        def submit() -> None:
+            self.stream.submit_until(ahead, needed)
+
+        submit()
+        return self.stream.next_batch(iteration - 1, self.max_staleness(), submit)
+
+    def checkpoint(self, state: TrainerState, wait_for_next: bool = True) -> Optional[Path]:
         """Write the checkpoint of ``state.iteration``. On a full disk, say so and go on training:
-        ``latest`` still names the last complete checkpoint, and stopping would lose more."""
+        ``latest`` still names the last complete checkpoint, and stopping would lose more.
+
+        With one_step_off/async the rollout buffer is saved with it, once the next iteration's call
+        has arrived (``wait_for_next``; the learner waits for it next anyway), so a resumed run trains
+        the next iteration on exactly the groups the uninterrupted run does."""
         t = time.perf_counter()
+        extra = None
+        if self.stream is not None:
+            if wait_for_next and state.iteration < self.cfg.trainer.iterations:
+                self.stream.wait_for_call(state.iteration + 1)
+            extra = lambda directory: self.stream.save(directory / "rollout_buffer")  # noqa: E731
         try:
-            where = self.run.save(state, self.learner)
+            where = self.run.save(state, self.learner, extra)
         except CheckpointNotWritten as err:
             self.tracker.log({"checkpoint/not_written": 1.0}, state.iteration)
             print(f"agentrl: warning: {err}", file=sys.stderr, flush=True)
@@ -255,15 +347,20 @@ class Trainer:
     def iteration(self, iteration: int, schedule: TaskSchedule, estimator_state: Any) -> dict[str, float]:
         cfg = self.cfg
         phase = Phases(self.memory, always=("learner_pass",))     # seconds (and GPU memory) per phase
-        tasks = schedule.tasks_for(iteration)
+        stream_metrics: dict[str, float] = {}
 
-        with phase("rollout"):
-            result = self.rollout.run(tasks, cfg.env.group_size, seed=cfg.trainer.seed * 1_000_003 + iteration,
-                                      expert_guidance=cfg.rollout.expert_guidance)
-        # colocated layout: the rollout engine frees its GPU memory for the learner's passes
-        # (rollout.vllm.sleep_level); the weight sync below wakes it
-        with phase("sleep"):
-            self.rollout.sleep()
+        if self.stream is None:         # trainer.mode=sync: this iteration's rollout, now
+            with phase("rollout"):
+                result = self.rollout.run(schedule.tasks_for(iteration), cfg.env.group_size,
+                                          seed=rollout_seed(cfg, iteration), expert_guidance=cfg.rollout.expert_guidance)
+            # colocated layout: the rollout engine frees its GPU memory for the learner's passes
+            # (rollout.vllm.sleep_level); the weight sync below wakes it
+            with phase("sleep"):
+                self.rollout.sleep()
+        else:                           # one_step_off/async: the calls ran ahead; wait for whole groups
+            with phase("rollout"):
+                taken = self.next_groups(iteration)
+            result, stream_metrics = taken.result, taken.metrics()
 
         # an estimator that reads hidden states gets them from the rollout backend's prefill; when
         # the rollout brought none (vLLM) the learner pass runs before the estimator, over every row.
@@ -294,9 +391,12 @@ class Trainer:
             update = self.learner.update(batch, estimator.loss_options()) if len(batch) else {"optimizer_steps": 0.0}
 
         with phase("sync"):
+            if cfg.trainer.mode == "one_step_off":     # the call in flight finishes on the weights it began with
+                self.stream.wait_for_all()
             self.sync_weights(version=iteration)
 
         metrics = episode_metrics(result)
+        metrics.update(stream_metrics)
         metrics.update({f"estimator/{k}": v for k, v in diagnostics.items()})
         metrics.update({f"learner/{k}": v for k, v in update.items()})
         metrics["learner/trained_row_fraction"] = kept
@@ -347,7 +447,7 @@ class Trainer:
                 self.run.checkpoints.joinpath("latest").read_text().strip() == self.run.checkpoint_dir(done).name:
             where = self.run.checkpoint_dir(done)
         elif done > 0:
-            where = self.checkpoint(saved_state(state, done, estimator_state))
+            where = self.checkpoint(saved_state(state, done, estimator_state), wait_for_next=False)
         else:
             where = None
         saved = (f"checkpoint {where} holds iteration {done}" if where else
@@ -380,6 +480,8 @@ class Trainer:
     def close(self) -> None:
         if self.memory is not None:
             self.memory.close()
+        if self.stream is not None:
+            self.stream.cancel()
         if self.rollout is not None:
             self.rollout.close()
         if self.learner is not None:

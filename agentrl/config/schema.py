@@ -116,7 +116,8 @@ class RolloutConfig:
     num_workers: int = F(1, "Ray rollout workers; the envs of an iteration are split among them", min=1)
     torch_threads: int = F(0, "CPU threads of each rollout worker's torch backend; 0 = the machine's cores divided "
                            "by rollout.num_workers (the env servers wait while the policy generates, so the "
-                           "workers may use every core then)", min=0)
+                           "workers may use every core then); with trainer.mode one_step_off or async the "
+                           "learner runs at the same time and takes one share too", min=0)
     temperature: float = F(1.0, "sampling temperature for training rollouts; the learner computes every "
                            "log-prob (old, reference, updated) and the entropy under softmax(logits / T) "
                            "with the same T", min=0)
@@ -208,6 +209,9 @@ class LearnerConfig:
     offload_ref: bool = F(True, "keep the reference model's weights on CPU between passes")
     cpu_shm_comm: bool = F(False, "on CPU, let DeepSpeed JIT-build its shared-memory all-reduce (about 40 s "
                            "the first time); off = plain gloo collectives")
+    torch_threads: int = F(0, "CPU threads of a learner rank that runs in the trainer's process (learner.num_ranks=1, "
+                           "on CPU); 0 = torch's default (every core) with trainer.mode=sync, one share of the cores "
+                           "(rollout.num_workers + 1 shares) with one_step_off or async", min=0)
     lr: float = F(1e-6, "actor learning rate", gt=0)
     weight_decay: float = F(0.0, "AdamW weight decay", min=0)
     warmup_steps: int = F(0, "linear learning-rate warmup (optimizer steps)", min=0)
@@ -220,7 +224,8 @@ class LearnerConfig:
     dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages; 0 disables", off_or_gt=1)
     rollout_is_cap: float = F(0.0, "truncated importance sampling for the rollout backend's numerics: weight each "
                               "sampled token's policy-gradient term by min(pi_old / pi_rollout, cap), e.g. 2 with "
-                              "bf16 vLLM; 0 disables", off_or_min=1)
+                              "bf16 vLLM; with trainer.mode one_step_off or async this is the behaviour weight of the "
+                              "decoupled objective (docs/async.md); 0 disables", off_or_min=1)
     loss_agg_mode: str = F("token-mean", "how token losses are averaged",
                            choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
     kl_coef: float = F(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)
@@ -291,6 +296,13 @@ class TrainerConfig:
     resume: str = F("auto", "auto = continue the run in output_dir if it has a checkpoint; never; or a path")
     init_checkpoint: Optional[str] = F(None, "start from this checkpoint or model directory (skips SFT)")
     device: str = F("auto", "auto = cuda when available, else cpu", choices=("auto", "cpu", "cuda"))
+    mode: str = F("sync", "sync = rollout, then update, in turn; one_step_off = the rollout of iteration k+1 runs "
+                  "while the learner updates on iteration k (one policy version per rollout); async = the rollout "
+                  "workers run continuously, new weights reach them between env steps (docs/async.md)",
+                  choices=("sync", "one_step_off", "async"))
+    max_staleness: int = F(2, "trainer.mode=async: a group is trained at most this many policy versions after the "
+                           "oldest version that generated one of its steps; older groups are dropped and counted. "
+                           "Also how many iterations' rollouts may run ahead of the learner", min=1)
     sft: SftConfig = F(help="supervised warm start on expert demonstrations", factory=SftConfig)
 
 

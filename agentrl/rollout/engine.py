@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
@@ -207,6 +207,9 @@ class RolloutEngine:
             record_transcripts = bool(getattr(rollout_cfg, "record_transcripts", False))
         self.record_transcripts = record_transcripts
         self.policy_version = 0     # learner updates in the weights the backend runs (set on each sync)
+        # called at every step boundary, before a generate call: a worker loads weights that arrived
+        # during the rollout here (trainer.mode=async), so an episode may span policy versions
+        self.before_generate: Callable[[], None] | None = None
 
     # ----- sampling --------------------------------------------------------------------------------
     def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
@@ -363,6 +366,9 @@ class RolloutEngine:
             prompts, truncated = self.encode_prompts(texts)
             timing["prompt_s"] += time.perf_counter() - t0
             t0 = time.perf_counter()
+            if self.before_generate is not None:
+                self.before_generate()
+            version = self.policy_version     # the weights that generate this step
             generations = self.backend.generate(prompts, sampling.with_seed(step_seed(sampling.seed, wave, step)))
             timing["generate_s"] += time.perf_counter() - t0
             responses = self.tokenizer.batch_decode([g.token_ids for g in generations], skip_special_tokens=True)
@@ -385,7 +391,7 @@ class RolloutEngine:
                     "response_ids": gen.token_ids, "response_mask": [1.0] * len(gen.token_ids),
                     "rollout_logprobs": gen.logprobs, **reward.columns(), "done": done, "anchor_obs": anchors[i],
                     "action": p.action if p.valid else "", "action_valid": p.valid, "task_type": task_type[i],
-                    "policy_version": self.policy_version,
+                    "policy_version": version,
                     "hidden": gen.hidden,   # None unless the backend records hidden states (RowInputs)
                 })
                 won[i] = won_now

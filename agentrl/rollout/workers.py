@@ -15,7 +15,9 @@ single engine's. The same code runs on one box (a local Ray cluster) and across 
 
 from __future__ import annotations
 
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -41,13 +43,27 @@ def split_evenly(count: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def default_torch_threads(num_workers: int) -> int:
-    """``rollout.torch_threads=0``: the cores this process may run on (its CPU affinity where the
-    platform has one, else the machine's count), divided by the workers."""
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform has one, else the
+    machine's count)."""
     import os
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, int(num_workers)))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def default_torch_threads(num_workers: int) -> int:
+    """``rollout.torch_threads=0``: :func:`available_cores` divided by ``num_workers`` (the trainer
+    counts the learner as one more worker when both run at once, ``trainer.mode``)."""
+    return max(1, available_cores() // max(1, int(num_workers)))
+
+
+WEIGHTS_GROUP = "weights"   # the Ray concurrency group of weight loads: they reach a worker during a rollout
+
+
+@dataclass
+class StagedWeights:
+    state: Mapping[str, torch.Tensor]
+    version: int | None
 
 
 class RolloutWorker:
@@ -88,9 +104,24 @@ class RolloutWorker:
             self.client = EnvClient.ray_actors(list(env_source), timeout=env_cfg.step_timeout_s)
         self.engine = RolloutEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
                                     instance_ids=instance_ids, stop_strings=stop_strings)
+        # weights that arrive while a rollout runs wait here and are loaded between two env steps
+        # (the engine's step boundary), never in the middle of a generate call
+        self._weights_lock = threading.Lock()
+        self._rolling_out = False
+        self._staged: StagedWeights | None = None
+        self._last_finished: float | None = None
+        self.engine.before_generate = self._load_staged_weights
 
     def ready(self) -> bool:
         return True
+
+    def status(self) -> dict[str, Any]:
+        """Whether a rollout call runs, the policy version loaded, and one waiting for a step
+        boundary (None if none); answered during a rollout when called in the ``weights`` group."""
+        with self._weights_lock:
+            staged = self._staged.version if self._staged is not None else None
+            return {"rolling_out": self._rolling_out, "policy_version": self.engine.policy_version,
+                    "staged_version": staged}
 
     def torch_threads(self) -> int:
         return torch.get_num_threads()
@@ -100,38 +131,74 @@ class RolloutWorker:
 
     def run(self, tasks: Sequence[TaskRef], group_size: int, group_ids: Sequence[int], traj_id_start: int,
             sampling: SamplingParams, seed: int, expert_guidance: bool = False) -> RolloutResult:
-        return self.engine.run(tasks, group_size, sampling=sampling.with_seed(seed), seed=seed,
-                               group_ids=group_ids, traj_id_start=traj_id_start, expert_guidance=expert_guidance)
+        """One rollout call. Its ``stats`` also say how long this worker had been idle before it
+        (``idle_before_s``: waiting for the trainer's next call, e.g. while the learner updated)."""
+        flush_denormals()   # this call's thread (Ray may run calls on a thread of its own)
+        started = time.perf_counter()
+        with self._weights_lock:
+            self._rolling_out = True
+        try:
+            result = self.engine.run(tasks, group_size, sampling=sampling.with_seed(seed), seed=seed,
+                                     group_ids=group_ids, traj_id_start=traj_id_start, expert_guidance=expert_guidance)
+        finally:
+            with self._weights_lock:
+                self._rolling_out = False
+                self._load_staged_locked()
+        result.stats["idle_before_s"] = started - self._last_finished if self._last_finished is not None else 0.0
+        self._last_finished = time.perf_counter()
+        return result
+
+    # ----- weights: loaded now when idle, else staged for the next step boundary -------------------
+    def _take_weights(self, state: Mapping[str, torch.Tensor], version: int | None) -> None:
+        with self._weights_lock:
+            self._staged = StagedWeights(state, version)   # a newer sync replaces one not loaded yet
+            if not self._rolling_out:
+                self._load_staged_locked()
+
+    def _load_staged_weights(self) -> None:
+        """The engine's step boundary: load weights that arrived during the rollout."""
+        with self._weights_lock:
+            self._load_staged_locked()
+
+    def _load_staged_locked(self) -> None:
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return
+        flush_denormals()
+        self.backend.load_weights(staged.state)
+        if staged.version is not None:
+            self.engine.policy_version = int(staged.version)
 
     def load_weights(self, *buckets: PackedWeights, version: int | None = None) -> None:
         """Load one sync's packed buckets (Ray hands them over as views of the object store), waking
         a sleeping backend; ``version``: the policy version they are (recorded on every later step as
-        ``policy_version``)."""
-        self.backend.load_weights(unpack_weights(buckets))
-        if version is not None:
-            self.engine.policy_version = int(version)
+        ``policy_version``). During a rollout (called in the ``weights`` concurrency group) they are
+        loaded at the next step boundary."""
+        self._take_weights(unpack_weights(buckets), version)
 
     def load_weights_ipc(self, weights: IpcWeights, version: int | None = None) -> None:
         """Load weights that stay on the learner's GPU (CUDA IPC handles): the backend copies them
-        device to device, then the handles are dropped."""
+        device to device, then the handles are dropped. Only between rollouts (trainer.mode=sync):
+        the learner reuses the memory behind the handles after this call returns."""
         state = open_ipc_handles(weights)
-        self.backend.load_weights(state)
-        torch.cuda.synchronize()
+        with self._weights_lock:
+            if self._rolling_out:
+                raise RuntimeError("CUDA IPC weights cannot wait for a step boundary; use rollout.weight_sync=broadcast "
+                                   "with trainer.mode one_step_off or async")
+            self.backend.load_weights(state)
+            torch.cuda.synchronize()
+            if version is not None:
+                self.engine.policy_version = int(version)
         del state
-        if version is not None:
-            self.engine.policy_version = int(version)
 
     def join_weight_broadcast(self, host: str, port: int, rank: int, world_size: int) -> None:
         """Join the weight-broadcast group as ``rank`` (the learner's rank 0 is rank 0)."""
         self.broadcast = WeightBroadcast(host, port, rank, world_size, "cuda" if self.device.startswith("cuda") else "cpu")
 
     def receive_weights(self, layout: BroadcastLayout, version: int | None = None) -> None:
-        """Receive one broadcast of the learner's weights (straight into this worker's device) and load them."""
-        state = self.broadcast.receive(layout)
-        self.backend.load_weights(state)
-        del state
-        if version is not None:
-            self.engine.policy_version = int(version)
+        """Receive one broadcast of the learner's weights (straight into this worker's device) and load
+        them (at the next step boundary when a rollout runs)."""
+        self._take_weights(self.broadcast.receive(layout), version)
 
     def gpu_uuid(self) -> str | None:
         """The UUID of the GPU this worker's backend runs on (None on CPU)."""
@@ -158,7 +225,8 @@ class RolloutWorkerGroup:
     Ray restarts a shard whose process dies, and an env call hung for half of ``env.step_timeout_s``
     is abandoned and its instance rebuilt (the engine then re-runs or masks the episode).
     Ray must be initialised. ``worker_num_cpus``/``env_num_cpus`` are the Ray CPU reservations of
-    one worker and one env pool shard.
+    one worker and one env pool shard; ``thread_shares``: what ``rollout.torch_threads=0`` divides
+    the cores by (default the workers; the trainer adds one for a learner that runs at the same time).
     """
 
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, *, num_workers: int | None = None,
@@ -166,7 +234,7 @@ class RolloutWorkerGroup:
                  env_url: str | None = None, env_actors: Sequence[Any] | None = None, backend: str | None = None,
                  device: str = "cpu", dtype: str = "float32", worker_num_cpus: float = 1.0,
                  env_num_cpus: float = 1.0, num_gpus_per_worker: float = 0.0, torch_threads: int | None = None,
-                 stop_strings: Sequence[str] = (), hidden_layer: int | None = None):
+                 stop_strings: Sequence[str] = (), hidden_layer: int | None = None, thread_shares: int | None = None):
         import ray
 
         from agentrl.envs.server.ray_pool import launch_ray_shards
@@ -194,10 +262,14 @@ class RolloutWorkerGroup:
         self.instance_ranges = split_evenly(self.num_envs, self.num_workers)
         if torch_threads is None:
             torch_threads = int(getattr(rollout_cfg, "torch_threads", 1))
-        actor_class = ray.remote(RolloutWorker).options(num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker)
+        # weight loads run in a concurrency group of their own, so that they reach a worker while a
+        # rollout call runs (trainer.mode=async); rollout calls run one at a time
+        actor_class = ray.remote(concurrency_groups={WEIGHTS_GROUP: 1})(RolloutWorker).options(
+            num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker)
         self.workers = [actor_class.remote(model_dir, rollout_cfg, env_cfg, env_source, list(range(lo, hi)),
                                            backend=backend or rollout_cfg.backend, device=device, dtype=dtype,
-                                           seed=i, torch_threads=torch_threads, num_workers=self.num_workers,
+                                           seed=i, torch_threads=torch_threads,
+                                           num_workers=thread_shares or self.num_workers,
                                            stop_strings=stop_strings,
                                            hidden_layer=hidden_layer)
                         for i, (lo, hi) in enumerate(self.instance_ranges)]
@@ -210,22 +282,27 @@ class RolloutWorkerGroup:
             seed: int = 0, expert_guidance: bool = False) -> RolloutResult:
         """``group_size`` episodes of every task, spread over the workers; one merged result
         (``expert_guidance``: see :meth:`RolloutEngine.run`)."""
+        return self.submit(tasks, group_size, sampling=sampling, seed=seed, expert_guidance=expert_guidance).result()
+
+    def submit(self, tasks: Sequence[TaskRef], group_size: int, *, sampling: SamplingParams | None = None,
+               seed: int = 0, expert_guidance: bool = False, first_group_id: int = 0) -> "PendingRollout":
+        """Start :meth:`run` without waiting: each worker queues its share of the tasks behind the
+        calls it already has. Groups are numbered from ``first_group_id`` and trajectories from
+        ``first_group_id * group_size``, so the results of several calls have distinct ids."""
         import ray
 
         if not tasks:
             raise ValueError("no tasks to roll out")
         sampling = sampling or self.sampling_params(seed=seed)
-        start = time.perf_counter()
         calls = []
         for w, (lo, hi) in enumerate(split_evenly(len(tasks), self.num_workers)):
             if lo == hi:
                 continue
-            calls.append(self.workers[w].run.remote(list(tasks[lo:hi]), group_size, list(range(lo, hi)),
-                                                    lo * group_size, sampling,
+            first = first_group_id + lo
+            calls.append(self.workers[w].run.remote(list(tasks[lo:hi]), group_size, list(range(first, first + hi - lo)),
+                                                    first * group_size, sampling,
                                                     int(seed) + WORKER_SEED_STRIDE * w, expert_guidance))
-        result = RolloutResult.merge(ray.get(calls))
-        result.stats["wall_s"] = time.perf_counter() - start
-        return result
+        return PendingRollout(calls, time.perf_counter())
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Sequence[PackedWeights],
                      version: int | None = None) -> None:
@@ -237,23 +314,27 @@ class RolloutWorkerGroup:
         import ray
 
         refs = [ray.put(bucket) for bucket in as_buckets(weights)]
-        ray.get([w.load_weights.remote(*refs, version=version) for w in self.workers])
+        ray.get([w.load_weights.options(concurrency_group=WEIGHTS_GROUP).remote(*refs, version=version)
+                 for w in self.workers])
 
     def load_weights_ipc(self, weights, version: int | None = None) -> None:
         """Load the learner's weights through CUDA IPC handles (every worker on the learner's GPU)."""
         import ray
 
-        ray.get([w.load_weights_ipc.remote(weights, version=version) for w in self.workers])
+        ray.get([w.load_weights_ipc.options(concurrency_group=WEIGHTS_GROUP).remote(weights, version=version)
+                 for w in self.workers])
 
     def join_weight_broadcast(self, host: str, port: int) -> list:
         """Start every worker joining the weight-broadcast group at ``host:port`` (ranks 1..W; the
         learner's rank 0 joins as rank 0, which completes it); the calls to wait for."""
         world = self.num_workers + 1
-        return [w.join_weight_broadcast.remote(host, port, i + 1, world) for i, w in enumerate(self.workers)]
+        return [w.join_weight_broadcast.options(concurrency_group=WEIGHTS_GROUP).remote(host, port, i + 1, world)
+                for i, w in enumerate(self.workers)]
 
     def receive_weights(self, layout, version: int | None = None) -> list:
         """Start every worker receiving one broadcast; the calls to wait for (after rank 0 sent)."""
-        return [w.receive_weights.remote(layout, version=version) for w in self.workers]
+        return [w.receive_weights.options(concurrency_group=WEIGHTS_GROUP).remote(layout, version=version)
+                for w in self.workers]
 
     @staticmethod
     def wait(calls: list) -> None:
@@ -284,7 +365,8 @@ class RolloutWorkerGroup:
 
         for w in self.workers:
             try:
-                ray.get(w.close.remote(), timeout=30)
+                # in the weights group: a rollout call still running (trainer.mode=async) is not waited for
+                ray.get(w.close.options(concurrency_group=WEIGHTS_GROUP).remote(), timeout=30)
             except Exception:  # noqa: BLE001 - the actor is killed below anyway
                 pass
             ray.kill(w, no_restart=True)
@@ -299,4 +381,26 @@ class RolloutWorkerGroup:
         self.close()
 
 
-__all__ = ["RolloutWorker", "RolloutWorkerGroup", "split_evenly"]
+class PendingRollout:
+    """A rollout call in flight on the workers (:meth:`RolloutWorkerGroup.submit`)."""
+
+    def __init__(self, calls: list, submitted_at: float):
+        self.calls = calls
+        self.submitted_at = submitted_at
+
+    def done(self) -> bool:
+        import ray
+
+        ready, _ = ray.wait(self.calls, num_returns=len(self.calls), timeout=0)
+        return len(ready) == len(self.calls)
+
+    def result(self, timeout: float | None = None) -> RolloutResult:
+        """The merged result (waits for every worker's part); ``stats["wall_s"]``: from submission on."""
+        import ray
+
+        result = RolloutResult.merge(ray.get(self.calls, timeout=timeout))
+        result.stats["wall_s"] = time.perf_counter() - self.submitted_at
+        return result
+
+
+__all__ = ["PendingRollout", "RolloutWorker", "RolloutWorkerGroup", "split_evenly"]
