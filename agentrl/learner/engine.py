@@ -340,7 +340,9 @@ class Learner:
         if batch.ref_logprobs is None:
             metrics.pop("kl_ref", None)
         total_tokens = distributed.all_reduce_values([tokens])[0]
-        metrics.update(optimizer_steps=float(len(steps)), skipped_steps=float(skipped_steps),
+        # optimizer_steps_total: every step since the run began, checkpointed (a resumed run continues the count)
+        metrics.update(optimizer_steps=float(len(steps)), optimizer_steps_total=float(self.optimizer_steps),
+                       skipped_steps=float(skipped_steps),
                        skipped_micro_batches=distributed.all_reduce_values([skipped_micro])[0],
                        tokens_per_s=total_tokens / elapsed if elapsed > 0 else 0.0, update_s=elapsed)
         return metrics
