@@ -112,6 +112,7 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     metrics = summary.metrics(prefix)
     batch = result.batch
     metrics[f"{prefix}step_records"] = float(len(batch))
+    metrics[f"{prefix}env_steps"] = float((~batch.is_expert).sum())     # sampled steps (expert-guided ones left out)
     metrics[f"{prefix}response_tokens"] = float(batch.response_mask.sum())
     metrics[f"{prefix}mixed_outcome_groups"] = _mixed_groups(result.episodes)
     for key in ("env_failures", "episodes_rerun", "episodes_masked", "guided_episodes", "generated_tokens",
@@ -122,6 +123,9 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     # where the rollout's time went (seconds summed over the rollout workers, which run in parallel)
     for key in ("generate_s", "env_s", "prompt_s"):
         metrics[f"time/rollout_{key}"] = float(result.stats.get(key, 0.0))
+    # how long the rollout workers had been idle before these calls (summed over workers): in sync
+    # mode while the learner worked; with one_step_off/async while they waited for the next call
+    metrics["time/rollout_wait_s"] = float(result.stats.get("idle_before_s", 0.0))
     return metrics
 
 

@@ -68,8 +68,7 @@ class TakenBatch:
                "async/staleness_max": float(max(self.staleness, default=0)),
                "async/groups_dropped": float(self.dropped), "async/groups_dropped_total": float(self.dropped_total),
                "async/buffer_groups": float(self.buffered_groups),
-               "time/learner_wait_s": self.learner_wait_s,
-               "time/rollout_wait_s": float(self.result.stats.get("idle_before_s", 0.0))}
+               "time/learner_wait_s": self.learner_wait_s}
         for value in sorted(set(self.staleness)):
             out[f"async/staleness_{value}_groups"] = float(self.staleness.count(value))
         spans = versions_per_episode(batch)

@@ -68,7 +68,6 @@ def test_taken_batch_metrics():
     assert metrics["async/versions_per_episode_max"] == 2
     assert metrics["async/groups_dropped"] == 1 and metrics["async/groups_dropped_total"] == 4
     assert metrics["async/buffer_groups"] == 3 and metrics["time/learner_wait_s"] == 0.5
-    assert metrics["time/rollout_wait_s"] == 0.25
 
 
 def test_buffer_saves_and_loads_whole_groups(tmp_path):

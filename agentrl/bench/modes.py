@@ -1,0 +1,120 @@
+"""``agentrl bench modes``: env steps/s and iterations/hour of ``trainer.mode`` sync, one_step_off and
+async, side by side on one machine.
+
+Each mode trains the same recipe from the same warm start (the SFT cache under the scratch
+directory: the first run makes it, the others load it) for ``--iterations`` iterations, in a fresh
+``agentrl train`` process of its own, without validation or intermediate checkpoints. Throughput is
+measured from the end of iteration ``--warmup`` to the end of the last one, from the wall-clock
+times in ``metrics.jsonl``, so Ray's start, the warm start and filling the pipeline are left out:
+
+* env steps/s: the sampled env steps of the iterations trained in that window (``rollout/env_steps``,
+  what the learner trained on), divided by its seconds;
+* iterations/hour, and the mean seconds per iteration of the update, of the learner's wait for
+  rollouts (``time/rollout_s``: the rollout itself in sync) and of the rollout's wait for the next
+  call (``time/rollout_wait_s``).
+
+``--rounds`` repeats the modes in turn (sync, one_step_off, async, sync, ...) so that a drift of the
+machine reaches every mode alike; the median over rounds is reported with the ratio to sync.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agentrl.bench._common import cpu_name, run_report
+from agentrl.errors import UsageError
+
+HELP = "trainer.mode sync vs one_step_off vs async: env steps/s and iterations/hour of one recipe, side by side"
+MODES = ("sync", "one_step_off", "async")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--recipe", default="textcraft_grpo_tiny", help="the recipe every mode trains (default %(default)s)")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated trainer.mode values (default %(default)s)")
+    parser.add_argument("--iterations", type=int, default=8, help="iterations per run (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=2, help="iterations left out of the timing (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each mode, interleaved (default %(default)s)")
+    parser.add_argument("--scratch", default=None, help="directory for the runs and the SFT cache (default: a temporary one)")
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides for every run (e.g. trainer.seed=1)")
+
+
+def run_mode(recipe: str, mode: str, iterations: int, scratch: Path, name: str, overrides: list[str]) -> Path:
+    args = [sys.executable, "-m", "agentrl.cli.main", "train", f"recipe={recipe}", f"trainer.mode={mode}",
+            f"trainer.iterations={iterations}", "trainer.eval_every=0", "trainer.eval_before_train=false",
+            "trainer.save_every=0", f"trainer.output_dir={scratch / 'runs'}", f"trainer.run_name={name}",
+            f"trainer.sft.cache_dir={scratch / 'sft_cache'}", "logging.wandb.mode=disabled",
+            "logging.tensorboard=false", "logging.progress_bar=false", *overrides]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"agentrl train (trainer.mode={mode}) failed:\n{done.stdout[-3000:]}")
+    return scratch / "runs" / name
+
+
+def throughput(run_dir: Path, warmup: int) -> dict[str, float]:
+    from agentrl.tracking import read_metrics
+
+    records = sorted((r for r in read_metrics(run_dir / "metrics.jsonl") if "learner/loss" in r or
+                      "learner/optimizer_steps" in r), key=lambda r: r["step"])
+    start = next(r for r in records if r["step"] == warmup)
+    timed = [r for r in records if r["step"] > warmup]
+    seconds = timed[-1]["time"] - start["time"]
+
+    def mean(key: str) -> float:
+        return statistics.fmean(r.get(key, 0.0) for r in timed)
+
+    return {"env_steps_per_s": sum(r["rollout/env_steps"] for r in timed) / seconds,
+            "iterations_per_hour": len(timed) / seconds * 3600, "seconds": seconds,
+            "update_s": mean("time/update_s"), "rollout_s": mean("time/rollout_s"),
+            "rollout_wait_s": mean("time/rollout_wait_s"), "staleness_mean": mean("async/staleness_mean"),
+            "success_rate": mean("rollout/success_rate")}
+
+
+def measure(args) -> dict:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise UsageError(f"bench modes: unknown mode(s) {unknown} in --modes; choose from {', '.join(MODES)}")
+    if args.iterations <= args.warmup:
+        raise UsageError(f"bench modes: --iterations {args.iterations} leaves nothing to time after --warmup "
+                         f"{args.warmup}; raise --iterations")
+    scratch = Path(args.scratch or tempfile.mkdtemp(prefix="agentrl-bench-modes-"))
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    started = time.time()
+    for round_ in range(args.rounds):
+        for mode in modes:
+            run_dir = run_mode(args.recipe, mode, args.iterations, scratch, f"{mode}-{round_}", list(args.overrides))
+            runs[mode].append(throughput(run_dir, args.warmup))
+    results = {}
+    for mode, rounds in runs.items():
+        results[mode] = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        results[mode]["rounds"] = [round(r["env_steps_per_s"], 2) for r in rounds]
+    base = results.get("sync", {}).get("env_steps_per_s")
+    for mode in results:
+        if base:
+            results[mode]["speedup_vs_sync"] = results[mode]["env_steps_per_s"] / base
+    meta = {"cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)), "recipe": args.recipe,
+            "iterations": args.iterations, "warmup": args.warmup, "rounds": args.rounds,
+            "overrides": list(args.overrides), "wall_s": time.time() - started, "scratch": str(scratch)}
+    return {"meta": meta, "results": results}
+
+
+def show(meta: dict, results: dict) -> None:
+    print(f"{meta['recipe']} on {meta['cpu']} ({meta['cores']} cores), iterations {meta['warmup'] + 1}-"
+          f"{meta['iterations']} timed, {meta['rounds']} round(s), overrides {meta['overrides'] or 'none'}")
+    print(f"{'mode':<14}{'env steps/s':>12}{'iter/hour':>11}{'vs sync':>9}{'update s':>10}{'rollout s':>11}"
+          f"{'rollout wait s':>16}{'staleness':>11}")
+    for mode, r in results.items():
+        print(f"{mode:<14}{r['env_steps_per_s']:>12.1f}{r['iterations_per_hour']:>11.0f}"
+              f"{r.get('speedup_vs_sync', float('nan')):>9.2f}{r['update_s']:>10.1f}{r['rollout_s']:>11.1f}"
+              f"{r['rollout_wait_s']:>16.1f}{r['staleness_mean']:>11.2f}")
+
+
+def run(args) -> int:
+    return run_report(args, measure, show)

@@ -1,0 +1,37 @@
+"""``agentrl bench modes``: each trainer.mode trains the same tiny recipe in a process of its own
+and the report gives env steps/s, iterations/hour and the ratio to sync."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.intermediate_size=128",
+        "tokenizer.vocab_size=600", "tokenizer.corpus_tasks=40", "trainer.sft.enabled=false",
+        "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=4", "rollout.max_response_tokens=8"]
+
+
+def test_bench_modes_reports_each_mode_side_by_side(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "modes", "--json", "--iterations", "3",
+                           "--warmup", "1", "--modes", "sync,async", "--scratch", str(tmp_path), *TINY],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["meta"]["recipe"] == "textcraft_grpo_tiny" and report["meta"]["overrides"] == TINY
+    sync, overlapped = report["results"]["sync"], report["results"]["async"]
+    assert sync["speedup_vs_sync"] == 1.0
+    assert overlapped["speedup_vs_sync"] == pytest.approx(overlapped["env_steps_per_s"] / sync["env_steps_per_s"])
+    for r in (sync, overlapped):
+        assert r["env_steps_per_s"] > 0 and r["iterations_per_hour"] > 0 and len(r["rounds"]) == 1
+    assert sync["staleness_mean"] == 0.0 and overlapped["staleness_mean"] > 0.0
+    # each mode ran in its own run directory from the one SFT-free start
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["async-0", "sync-0"]
+
+
+def test_bench_modes_refuses_an_unknown_mode(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "modes", "--modes", "sync,fast",
+                           "--scratch", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "unknown mode(s) ['fast'] in --modes" in done.stderr
