@@ -16,19 +16,21 @@ TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.inte
 
 def test_bench_modes_reports_each_mode_side_by_side(tmp_path):
     done = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "modes", "--json", "--iterations", "3",
-                           "--warmup", "1", "--modes", "sync,async", "--scratch", str(tmp_path), *TINY],
+                           "--warmup", "1", "--modes", "sync,async+learner.torch_threads=1", "--scratch", str(tmp_path), *TINY],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["meta"]["recipe"] == "textcraft_grpo_tiny" and report["meta"]["overrides"] == TINY
-    sync, overlapped = report["results"]["sync"], report["results"]["async"]
+    sync, overlapped = report["results"]["sync"], report["results"]["async+learner.torch_threads=1"]
     assert sync["speedup_vs_sync"] == 1.0
     assert overlapped["speedup_vs_sync"] == pytest.approx(overlapped["env_steps_per_s"] / sync["env_steps_per_s"])
     for r in (sync, overlapped):
         assert r["env_steps_per_s"] > 0 and r["iterations_per_hour"] > 0 and len(r["rounds"]) == 1
     assert sync["staleness_mean"] == 0.0 and overlapped["staleness_mean"] > 0.0
     # each mode ran in its own run directory from the one SFT-free start
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["async-0", "sync-0"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["async-1-0", "sync-0-0"]
+    config = (tmp_path / "runs" / "async-1-0" / "config.yaml").read_text()
+    assert "mode: async" in config and "torch_threads: 1" in config
 
 
 def test_bench_modes_refuses_an_unknown_mode(tmp_path):

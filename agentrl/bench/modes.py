@@ -13,8 +13,10 @@ times in ``metrics.jsonl``, so Ray's start, the warm start and filling the pipel
   rollouts (``time/rollout_s``: the rollout itself in sync) and of the rollout's wait for the next
   call (``time/rollout_wait_s``).
 
+A mode may carry overrides of its own after ``+`` signs, e.g. ``sync+learner.torch_threads=1``, to
+compare thread settings; the ratios are to the fastest ``sync`` entry (the fairest baseline).
 ``--rounds`` repeats the modes in turn (sync, one_step_off, async, sync, ...) so that a drift of the
-machine reaches every mode alike; the median over rounds is reported with the ratio to sync.
+machine reaches every mode alike; the median over rounds is reported.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ MODES = ("sync", "one_step_off", "async")
 
 def add_arguments(parser) -> None:
     parser.add_argument("--recipe", default="textcraft_grpo_tiny", help="the recipe every mode trains (default %(default)s)")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated trainer.mode values (default %(default)s)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="comma-separated trainer.mode values, each optionally with +key=value overrides of its "
+                             "own (default %(default)s)")
     parser.add_argument("--iterations", type=int, default=8, help="iterations per run (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=2, help="iterations left out of the timing (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each mode, interleaved (default %(default)s)")
@@ -78,7 +82,7 @@ def throughput(run_dir: Path, warmup: int) -> dict[str, float]:
 
 def measure(args) -> dict:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = sorted(set(modes) - set(MODES))
+    unknown = sorted({m.split("+")[0] for m in modes} - set(MODES))
     if unknown:
         raise UsageError(f"bench modes: unknown mode(s) {unknown} in --modes; choose from {', '.join(MODES)}")
     if args.iterations <= args.warmup:
@@ -88,17 +92,19 @@ def measure(args) -> dict:
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     started = time.time()
     for round_ in range(args.rounds):
-        for mode in modes:
-            run_dir = run_mode(args.recipe, mode, args.iterations, scratch, f"{mode}-{round_}", list(args.overrides))
-            runs[mode].append(throughput(run_dir, args.warmup))
+        for i, spec in enumerate(modes):
+            mode, *own = spec.split("+")
+            run_dir = run_mode(args.recipe, mode, args.iterations, scratch, f"{mode}-{i}-{round_}",
+                               list(args.overrides) + own)
+            runs[spec].append(throughput(run_dir, args.warmup))
     results = {}
-    for mode, rounds in runs.items():
-        results[mode] = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-        results[mode]["rounds"] = [round(r["env_steps_per_s"], 2) for r in rounds]
-    base = results.get("sync", {}).get("env_steps_per_s")
-    for mode in results:
+    for spec, rounds in runs.items():
+        results[spec] = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        results[spec]["rounds"] = [round(r["env_steps_per_s"], 2) for r in rounds]
+    base = max((r["env_steps_per_s"] for spec, r in results.items() if spec.split("+")[0] == "sync"), default=None)
+    for spec in results:
         if base:
-            results[mode]["speedup_vs_sync"] = results[mode]["env_steps_per_s"] / base
+            results[spec]["speedup_vs_sync"] = results[spec]["env_steps_per_s"] / base
     meta = {"cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)), "recipe": args.recipe,
             "iterations": args.iterations, "warmup": args.warmup, "rounds": args.rounds,
             "overrides": list(args.overrides), "wall_s": time.time() - started, "scratch": str(scratch)}
@@ -108,10 +114,11 @@ def measure(args) -> dict:
 def show(meta: dict, results: dict) -> None:
     print(f"{meta['recipe']} on {meta['cpu']} ({meta['cores']} cores), iterations {meta['warmup'] + 1}-"
           f"{meta['iterations']} timed, {meta['rounds']} round(s), overrides {meta['overrides'] or 'none'}")
-    print(f"{'mode':<14}{'env steps/s':>12}{'iter/hour':>11}{'vs sync':>9}{'update s':>10}{'rollout s':>11}"
+    width = max(14, *(len(spec) + 2 for spec in results))
+    print(f"{'mode':<{width}}{'env steps/s':>12}{'iter/hour':>11}{'vs sync':>9}{'update s':>10}{'rollout s':>11}"
           f"{'rollout wait s':>16}{'staleness':>11}")
     for mode, r in results.items():
-        print(f"{mode:<14}{r['env_steps_per_s']:>12.1f}{r['iterations_per_hour']:>11.0f}"
+        print(f"{mode:<{width}}{r['env_steps_per_s']:>12.1f}{r['iterations_per_hour']:>11.0f}"
               f"{r.get('speedup_vs_sync', float('nan')):>9.2f}{r['update_s']:>10.1f}{r['rollout_s']:>11.1f}"
               f"{r['rollout_wait_s']:>16.1f}{r['staleness_mean']:>11.2f}")
 
