@@ -317,14 +317,9 @@ class Trainer:
         """one_step_off/async: rollout calls submitted up to ``max_staleness`` iterations ahead, then
         the next whole groups for the learner at policy version ``iteration - 1``."""
         cfg = self.cfg
-        ahead = iteration + self.max_staleness()
         needed = (cfg.trainer.iterations - iteration + 1) * cfg.env.tasks_per_iteration
-
-        def submit() -> None:
-            self.stream.submit_until(ahead, needed)
-
-        submit()
-        return self.stream.next_batch(iteration - 1, self.max_staleness(), submit)
+        self.stream.submit_until(iteration + self.max_staleness(), needed)
+        return self.stream.next_batch(iteration - 1, self.max_staleness())
 
     def checkpoint(self, state: TrainerState, wait_for_next: bool = True) -> Optional[Path]:
         """Write the checkpoint of ``state.iteration``. On a full disk, say so and go on training:

@@ -235,11 +235,13 @@ class RolloutStream:
         while self.collect(wait=False):
             pass
 
-    def next_batch(self, version: int, max_staleness: int, submit_more: Callable[[], None]) -> TakenBatch:
+    def next_batch(self, version: int, max_staleness: int) -> TakenBatch:
         """``tasks_per_call`` fresh groups for the learner at policy ``version``: waits for calls in
-        order; stale groups are dropped (``submit_more`` is asked to submit calls that replace them)."""
+        order; stale groups are dropped, and when the calls in flight cannot replace them the next
+        call is submitted (it runs on the newest weights)."""
         start = time.perf_counter()
         taken, staleness, dropped = [], [], 0
+        replacement = None
         while True:
             self.collect_done()
             groups, ages, gone = self.buffer.take(self.tasks_per_call - len(taken), version, max_staleness)
@@ -248,9 +250,14 @@ class RolloutStream:
             dropped += gone
             if len(taken) == self.tasks_per_call:
                 break
-            submit_more()
             if not self.in_flight:
-                raise RuntimeError("the rollout stream has no call in flight and too few groups for a batch")
+                if replacement is not None and replacement < self.next_call and gone:
+                    raise RuntimeError(f"rollout call {replacement} was submitted at learner version {version} and "
+                                       f"still gave groups more than {max_staleness} versions older: the rollout "
+                                       "workers did not receive the learner's weights")
+                replacement = self.next_call
+                self.submit(self.spec(self.next_call))
+                self.next_call += 1
             self.collect(wait=True)
         waited = time.perf_counter() - start
         result = merge_groups(taken, self.buffer.drain_stats())

@@ -86,9 +86,11 @@ def test_buffer_saves_and_loads_whole_groups(tmp_path):
 
 
 @pytest.mark.slow
-def test_stream_numbers_calls_like_iterations_and_resubmits_calls_in_flight(ray_cluster, tiny_model_dir, tmp_path):
+def test_stream_numbers_calls_like_iterations_and_resubmits_calls_in_flight(ray_cluster, tiny_model_dir, tiny_tokenizer,
+                                                                          tmp_path):
+    from agentrl.models import build_tiny_model
     from agentrl.rollout.workers import RolloutWorkerGroup
-    from rollout_helpers import env_config, rollout_config
+    from rollout_helpers import TINY, env_config, rollout_config
 
     env_cfg = env_config("textcraft", max_steps=2, group_size=2, tasks_per_iteration=2)
     cfg = rollout_config(max_response_tokens=4, max_prompt_tokens=256, prompt_truncation="left")
@@ -100,7 +102,7 @@ def test_stream_numbers_calls_like_iterations_and_resubmits_calls_in_flight(ray_
         stream = RolloutStream(group, tasks_of, lambda call: 100 + call, group_size=2, tasks_per_call=2)
         stream.submit_until(3, groups_needed=4)       # two calls cover the 4 groups still needed
         assert [spec.call_id for spec, _ in stream.in_flight] == [1, 2] and stream.next_call == 3
-        taken = stream.next_batch(version=0, max_staleness=1, submit_more=lambda: None)
+        taken = stream.next_batch(version=0, max_staleness=1)
         assert sorted(set(taken.result.batch.group_id.tolist())) == [0, 1]
         assert [e.task for e in taken.result.episodes] == [TaskRef("depth2", 2)] * 2 + [TaskRef("depth2", 3)] * 2
         stream.submit_until(3, groups_needed=4)
@@ -115,8 +117,21 @@ def test_stream_numbers_calls_like_iterations_and_resubmits_calls_in_flight(ray_
         assert again.restore(tmp_path / "buffer") == 2
         assert again.resubmitted == len(saved_in_flight) and again.next_call == 4
         assert [spec.call_id for spec, _ in again.in_flight] == saved_in_flight
-        first = again.next_batch(version=1, max_staleness=1, submit_more=lambda: None)
+        first = again.next_batch(version=1, max_staleness=1)
         assert sorted(set(first.result.batch.group_id.tolist())) == [2, 3]
-        second = again.next_batch(version=1, max_staleness=1, submit_more=lambda: None)
+        second = again.next_batch(version=1, max_staleness=1)
         assert sorted(set(second.result.batch.group_id.tolist())) == [4, 5]   # call 3's groups, run again
         assert second.result.episodes[0].task == TaskRef("depth2", 6)
+        # call 4 rolled out on version 0 and taken at version 3: too stale, dropped, and replaced by a
+        # call submitted on the spot (nothing else is in flight), which runs on the newest weights
+        again.submit_until(4, groups_needed=2)
+        again.wait_for_all()
+        group.load_weights(build_tiny_model(TINY, tiny_tokenizer, seed=0).state_dict(), version=3)
+        third = again.next_batch(version=3, max_staleness=1)
+        assert third.dropped == 2 and third.dropped_total == 2 and again.next_call == 6
+        assert sorted(set(third.result.batch.group_id.tolist())) == [8, 9] and third.staleness == [0, 0]
+        # a replacement that is still too old means the weights never arrived: an error, not a loop
+        again.submit_until(6, groups_needed=2)
+        again.wait_for_all()
+        with pytest.raises(RuntimeError, match="did not receive the learner's weights"):
+            again.next_batch(version=6, max_staleness=1)
