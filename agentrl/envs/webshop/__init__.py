@@ -1,10 +1,12 @@
 """WebShop (text mode) on a generated catalogue or on the original data files.
 
 ``make_env("webshop", max_steps=15, data_dir=None, num_products=None, seed=0, human_goals=True,
-spacy_model="en_core_web_sm")``: ``data_dir`` points at the original files
-(``items_shuffle_1000.json``, ``items_ins_v2_1000.json``, ``items_human_ins.json``); without it the
-project's deterministic catalogue (1,000 products, about 6,000 instructions) is generated in
-memory. Data is built once per process and shared by every instance with the same arguments.
+spacy_model="en_core_web_sm", index_cache="auto", files="auto")``: ``data_dir`` points at the
+original files (``items_shuffle_1000.json``, ``items_ins_v2_1000.json``, ``items_human_ins.json``,
+or the full ``items_shuffle.json`` and ``items_ins_v2.json``); without it the project's
+deterministic catalogue (1,000 products, about 6,000 instructions) is generated in memory. Data is
+built once per process and shared by every instance with the same arguments; large catalogues go
+through an on-disk, memory-mapped cache (``index_cache``, see :mod:`.dataset`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from agentrl.envs.webshop.env import WebShopEnv
 @register_env("webshop")
 def make_webshop(max_steps: int = 15, data_dir: str | None = None,
                  num_products: int | None = None, seed: int = 0, human_goals: bool = True,
-                 spacy_model: str | None = "en_core_web_sm") -> WebShopEnv:
-    data = load_webshop_data(None if data_dir is None else str(data_dir), num_products,
-                             int(seed), bool(human_goals), spacy_model)
+                 spacy_model: str | None = "en_core_web_sm", index_cache: str | None = "auto",
+                 files: str = "auto") -> WebShopEnv:
+    data = load_webshop_data(None if data_dir is None else str(data_dir),
+                             None if num_products is None else int(num_products), int(seed),
+                             bool(human_goals), spacy_model,
+                             index_cache if index_cache in (None, False) else str(index_cache),
+                             str(files))
     return WebShopEnv(data, max_steps=max_steps)
 
 

@@ -5,7 +5,10 @@ list, an ``asin -> {attributes}`` map and an ``asin -> [human instruction]`` map
 catalogue goes through exactly the loader, goal construction and splits the original data does.
 Everything is drawn from one ``random.Random(seed)``, whose algorithm Python keeps stable, so the
 catalogue is identical on every machine. 1,000 products and about 6,000 instructions take a
-fraction of a second.
+fraction of a second. :func:`write_catalogue_files` streams a catalogue of any size (the original's
+1.18 M products: ``python -m agentrl.envs.webshop.generate DIR``) into the full data files'
+names, one product in memory at a time; above 2,000 products only every k-th product gets
+instructions, so there are about 12,000 goals, as in the original's human instruction set.
 
 Guarantees that make a perfect score reachable for every generated goal (the tests check them):
 
@@ -18,16 +21,25 @@ Guarantees that make a perfect score reachable for every generated goal (the tes
 
 from __future__ import annotations
 
+import json
+import os
 import random
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 from agentrl.envs.webshop.catalogue_vocab import (
     BRAND_SYLLABLES, CATEGORIES, OPTION_POOLS, TITLE_ADJECTIVES, TITLE_AUDIENCES,
 )
+from agentrl.envs.webshop.products import (
+    FULL_ATTRIBUTES_FILE, FULL_PRODUCTS_FILE, HUMAN_INSTRUCTIONS_FILE,
+)
 
 DEFAULT_NUM_PRODUCTS = 1000
+FULL_NUM_PRODUCTS = 1_181_436  # products in the original's full items_shuffle.json
 GOALS_PER_PRODUCT = 6
+MAX_INSTRUCTED_PRODUCTS = 2000
+NOUN_LEXICON_FILE = "noun_lexicon.json"
 _ASIN_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # How an instruction asks for one option value, by option name.
@@ -145,19 +157,44 @@ def _noun_lexicon() -> dict[str, bool]:
 def generate_catalogue(num_products: int = DEFAULT_NUM_PRODUCTS, seed: int = 0,
                        goals_per_product: int = GOALS_PER_PRODUCT) -> GeneratedCatalogue:
     """Generate ``num_products`` products (round-robin over product types) and their goals."""
+    lexicon = _noun_lexicon()
+    products, attributes, instructions = [], {}, {}
+    for product, attrs, goals in iter_catalogue(num_products, seed, goals_per_product, lexicon):
+        products.append(product)
+        attributes[product["asin"]] = attrs
+        if goals is not None:
+            instructions[product["asin"]] = goals
+    return GeneratedCatalogue(products, attributes, instructions, lexicon)
+
+
+def instruction_stride(num_products: int) -> int:
+    """Every how many products one gets instructions: 1 up to 2,000 products, then about 2,000
+    instructed products in all (about 12,000 goals, the size of the original's human set)."""
+    return max(1, -(-num_products // MAX_INSTRUCTED_PRODUCTS))
+
+
+def iter_catalogue(num_products: int = DEFAULT_NUM_PRODUCTS, seed: int = 0,
+                   goals_per_product: int = GOALS_PER_PRODUCT,
+                   lexicon: dict[str, bool] | None = None
+                   ) -> Iterator[tuple[dict[str, Any], dict[str, Any], list | None]]:
+    """``(product, attribute entry, instructions or None)`` one product at a time.
+
+    Adds every brand to ``lexicon`` (as a noun) when given. Up to 2,000 products every product has
+    instructions; above that only every :func:`instruction_stride`-th does.
+    """
     if num_products <= 0:
         raise ValueError(f"num_products must be positive, got {num_products}")
     rng = random.Random(seed)
     types = _product_types()
-    lexicon = _noun_lexicon()
+    stride = instruction_stride(num_products)
     used_asins: set[str] = set()
-    products, attributes, instructions = [], {}, {}
     for index in range(num_products):
         category, department, (phrase, query, path, (lo, hi), pools) = types[index % len(types)]
         attr_pool = CATEGORIES[category][1]
         asin = _asin(rng, used_asins)
         brand = _brand(rng)
-        lexicon[brand.lower()] = True
+        if lexicon is not None:
+            lexicon[brand.lower()] = True
         attrs = rng.sample(attr_pool, rng.randint(3, 5))
         audience = rng.choice(TITLE_AUDIENCES[category])
         adjective = rng.choice(TITLE_ADJECTIVES)
@@ -169,7 +206,7 @@ def generate_catalogue(num_products: int = DEFAULT_NUM_PRODUCTS, seed: int = 0,
                        f"Made for {audience}, it comes in {option_count} choices.")
         bullets = [f"{a.upper()}: this {phrase} is {a}, chosen by {audience} every day."
                    for a in attrs]
-        products.append({
+        product = {
             "asin": asin, "name": title, "full_description": description,
             "small_description": bullets, "pricing": _price_text(rng, lo, hi),
             "customization_options": {
@@ -177,10 +214,46 @@ def generate_catalogue(num_products: int = DEFAULT_NUM_PRODUCTS, seed: int = 0,
                 for name, values in options.items()},
             "images": [""], "category": category, "query": query,
             "product_category": f"{department} › {path}",
-        })
-        attributes[asin] = {"attributes": attrs}
-        instructions[asin] = _product_instructions(rng, phrase, attrs, options, goals_per_product)
-    return GeneratedCatalogue(products, attributes, instructions, lexicon)
+        }
+        goals = (_product_instructions(rng, phrase, attrs, options, goals_per_product)
+                 if index % stride == 0 else None)
+        yield product, {"attributes": attrs}, goals
+
+
+def write_catalogue_files(out_dir: str | Path, num_products: int, seed: int = 0,
+                          goals_per_product: int = GOALS_PER_PRODUCT) -> Path:
+    """Write the generated catalogue as the original's full data files, streaming.
+
+    ``items_shuffle.json`` (products), ``items_ins_v2.json`` (attributes), ``items_human_ins.json``
+    (instructions) and ``noun_lexicon.json`` (the part of speech of every title word, which the
+    loader uses instead of spaCy when present). One product is in memory at a time; the files are
+    written under temporary names and renamed when complete. 1.18 M products: about 1.4 GB.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    names = (FULL_PRODUCTS_FILE, FULL_ATTRIBUTES_FILE, HUMAN_INSTRUCTIONS_FILE, NOUN_LEXICON_FILE)
+    tmp = {name: out / f".{name}.{os.getpid()}.tmp" for name in names}
+    lexicon = _noun_lexicon()
+    with open(tmp[FULL_PRODUCTS_FILE], "w", encoding="utf-8") as products, \
+            open(tmp[FULL_ATTRIBUTES_FILE], "w", encoding="utf-8") as attributes, \
+            open(tmp[HUMAN_INSTRUCTIONS_FILE], "w", encoding="utf-8") as human:
+        first_goal = True
+        for n, (product, attrs, goals) in enumerate(
+                iter_catalogue(num_products, seed, goals_per_product, lexicon)):
+            sep = "[\n" if n == 0 else ",\n"
+            products.write(sep + json.dumps(product, ensure_ascii=False))
+            key = json.dumps(product["asin"])
+            attributes.write(("{\n" if n == 0 else ",\n") + f"{key}: {json.dumps(attrs)}")
+            if goals is not None:
+                human.write(("{\n" if first_goal else ",\n") + f"{key}: {json.dumps(goals)}")
+                first_goal = False
+        products.write("\n]\n")
+        attributes.write("\n}\n")
+        human.write("{}\n" if first_goal else "\n}\n")
+    tmp[NOUN_LEXICON_FILE].write_text(json.dumps(lexicon), encoding="utf-8")
+    for name in names:
+        os.replace(tmp[name], out / name)
+    return out
 
 
 def _product_instructions(rng: random.Random, phrase: str, attrs: list[str],
@@ -199,3 +272,4 @@ def _product_instructions(rng: random.Random, phrase: str, attrs: list[str],
         result.append({"instruction": text, "instruction_attributes": goal_attrs,
                        "instruction_options": list(goal_options.values())})
     return result
+

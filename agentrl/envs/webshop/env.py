@@ -17,7 +17,7 @@ then ``click[x]`` for every clickable, the way the reference training framework 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from agentrl.envs.base import TaskRef, TextEnv
 from agentrl.envs.webshop import pages
@@ -80,7 +80,7 @@ class WebShopEnv(TextEnv):
         self._page = "search"
         self.keywords: list[str] | None = None
         self.page_number: int | None = None
-        self.results: list[dict[str, Any]] = []
+        self.results: Sequence[dict[str, Any]] = []
         self.asin: str | None = None
         self.visited_asins: set[str] = set()
         self.options: dict[str, str] = {}
@@ -89,7 +89,7 @@ class WebShopEnv(TextEnv):
 
     def _search(self, keywords: list[str], page: int) -> None:
         if keywords != self.keywords:
-            self.results = self.data.search(" ".join(keywords))
+            self.results = self.data.results(" ".join(keywords))
         self.keywords = keywords
         self.page_number = page
         self.asin = None
@@ -202,7 +202,7 @@ class WebShopEnv(TextEnv):
         actions = []
         for query in (self.instruction.lower(), self.data.by_asin[target]["Title"].lower()):
             actions.append(f"search[{query}]")
-            ranked = [p["asin"] for p in self.data.search(query)]
+            ranked = [p["asin"] for p in self.data.results(query)]
             if target in ranked:
                 position = ranked.index(target)
                 actions += ["click[next >]"] * (position // pages.PRODUCTS_PER_PAGE)
