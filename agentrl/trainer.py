@@ -37,6 +37,7 @@ from agentrl.errors import UsageError
 from agentrl.estimators import Estimator, estimator_from_config, registered_names
 from agentrl.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
+from agentrl.rollout.workers import RolloutHangError
 from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.run_state import CheckpointNotWritten, RunDirectory, TrainerState
 from agentrl.task_schedule import TaskSchedule
@@ -273,8 +274,8 @@ class Trainer:
         for iteration in range(state.iteration + 1, cfg.trainer.iterations + 1):
             try:
                 metrics = self.iteration(iteration, schedule, estimator_state)
-            except EnvFailureLimitError as err:
-                self.stop_on_env_failures(iteration, state, estimator_state, err)
+            except (EnvFailureLimitError, RolloutHangError) as err:
+                self.stop_on_rollout_failure(iteration, state, estimator_state, err)
             self.tracker.log(metrics, iteration)
             self.tracker.status(f"iter {iteration}/{cfg.trainer.iterations} "
                                 f"success {metrics['rollout/success_rate']:.2f} "
@@ -438,8 +439,8 @@ class Trainer:
         except Exception as err:  # noqa: BLE001
             print(f"agentrl: warning: learning_curve.png not drawn ({type(err).__name__}: {err})", file=sys.stderr)
 
-    def stop_on_env_failures(self, iteration: int, state: TrainerState, estimator_state: Any,
-                             err: Exception) -> None:
+    def stop_on_rollout_failure(self, iteration: int, state: TrainerState, estimator_state: Any,
+                                err: Exception) -> None:
         """Save the last finished iteration (if not saved yet) and stop with one line naming the fix."""
         done = iteration - 1
         if done > 0 and (self.run.checkpoints / "latest").is_file() and \
@@ -456,7 +457,8 @@ class Trainer:
         message = text.splitlines()[-1] if text else type(err).__name__
         self.tracker.status(f"stopped in iteration {iteration}: {message}")
         raise UsageError(f"training stopped in iteration {iteration}: {message}; {saved}; run the same command "
-                         "again to resume once the env servers are healthy") from None
+                         "again to resume once " + ("the rollout workers are healthy" if isinstance(err, RolloutHangError)
+                                                    else "the env servers are healthy")) from None
 
     def validate(self, iteration: int) -> dict[str, float]:
         from agentrl.rollout.validation import eval_tasks, validate

@@ -173,6 +173,31 @@ def step_seed(seed: int, wave: int, step: int) -> int:
     return (int(seed) * 1_000_003 + wave * 10_007 + step) & _SEED_MASK
 
 
+def id_ranges(ids: Sequence[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` as ``"0-2, 5, 7-8"``."""
+    parts, run = [], []
+    for i in sorted(ids):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(parts)
+
+
+@dataclass
+class Activity:
+    """What the engine is doing now and since when (``time.monotonic()``): what a worker's
+    ``status()`` reports, and what ``rollout.hang_timeout_s`` watches."""
+
+    doing: str = "idle"
+    since: float = field(default_factory=time.monotonic)
+    env: bool = False       # waiting on the environments (else on the policy or itself)
+
+
 class RolloutEngine:
     """Runs groups of episodes of one environment with one generation backend.
 
@@ -210,6 +235,11 @@ class RolloutEngine:
         # called at every step boundary, before a generate call: a worker loads weights that arrived
         # during the rollout here (trainer.mode=async), so an episode may span policy versions
         self.before_generate: Callable[[], None] | None = None
+        self.activity = Activity()
+
+    def mark(self, doing: str, env: bool = False) -> None:
+        """Record progress: the engine starts ``doing`` now."""
+        self.activity = Activity(doing, time.monotonic(), env)
 
     # ----- sampling --------------------------------------------------------------------------------
     def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
@@ -232,11 +262,13 @@ class RolloutEngine:
     def reset_instances(self, items: Sequence[tuple[int, TaskRef]]) -> list:
         """Reset env instances, a failed one reported in its result (``env.step_timeout_s`` plus
         ``env.reset_timeout_s`` per instance a server resets)."""
+        self.mark(f"resetting env instances {id_ranges([i for i, _ in items])}", env=True)
         return self.client.reset(items, timeout=self.env_cfg.step_timeout_s, on_shard_error="report",
                                  per_instance_s=getattr(self.env_cfg, "reset_timeout_s", 0.0))
 
     def step_instances(self, items: Sequence[tuple[int, str]]) -> list:
         """Apply one action per instance, a failed one reported in its result."""
+        self.mark(f"waiting for an env step of instances {id_ranges([i for i, _ in items])}", env=True)
         return self.client.step(items, timeout=self.env_cfg.step_timeout_s, on_shard_error="report")
 
     def step_reward(self, won_now: bool, won_before: bool, env_reward: float, valid: bool,
@@ -369,6 +401,8 @@ class RolloutEngine:
             if self.before_generate is not None:
                 self.before_generate()
             version = self.policy_version     # the weights that generate this step
+            self.mark(f"generating step {step} for {len(prompts)} episodes (env instances "
+                      f"{id_ranges([ids[i] for i in active])})")
             generations = self.backend.generate(prompts, sampling.with_seed(step_seed(sampling.seed, wave, step)))
             timing["generate_s"] += time.perf_counter() - t0
             responses = self.tokenizer.batch_decode([g.token_ids for g in generations], skip_special_tokens=True)
@@ -438,5 +472,5 @@ def _task_score(info: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-__all__ = ["EnvFailureLimitError", "EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "StepReward",
+__all__ = ["Activity", "EnvFailureLimitError", "EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "StepReward",
            "make_sampling_params", "step_seed"]

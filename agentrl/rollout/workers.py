@@ -58,6 +58,11 @@ def default_torch_threads(num_workers: int) -> int:
 
 
 WEIGHTS_GROUP = "weights"   # the Ray concurrency group of weight loads: they reach a worker during a rollout
+STATUS_TIMEOUT_S = 30.0     # at most this long for a status answer (at least 5 s, else the hang timeout)
+
+
+class RolloutHangError(RuntimeError):
+    """A rollout worker made no progress for ``rollout.hang_timeout_s`` (or did not answer at all)."""
 
 
 @dataclass
@@ -100,8 +105,10 @@ class RolloutWorker:
             self.backend.record_hidden(hidden_layer)
         if isinstance(env_source, str):
             self.client = EnvClient.http(env_source, timeout=env_cfg.step_timeout_s)
+            self.env_text = f"the env server at {env_source}"
         else:
             self.client = EnvClient.ray_actors(list(env_source), timeout=env_cfg.step_timeout_s)
+            self.env_text = f"{len(env_source)} Ray env pool actor(s) of {env_cfg.name}"
         self.engine = RolloutEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
                                     instance_ids=instance_ids, stop_strings=stop_strings)
         # weights that arrive while a rollout runs wait here and are loaded between two env steps
@@ -116,12 +123,20 @@ class RolloutWorker:
         return True
 
     def status(self) -> dict[str, Any]:
-        """Whether a rollout call runs, the policy version loaded, and one waiting for a step
-        boundary (None if none); answered during a rollout when called in the ``weights`` group."""
+        """Whether a rollout call runs, the policy version loaded, one waiting for a step boundary
+        (None if none), and what the engine is doing (``doing``, for ``for_s`` seconds), where;
+        answered during a rollout when called in the ``weights`` group."""
+        import os
+
+        import ray
+
+        activity = self.engine.activity
+        doing = f"{activity.doing} on {self.env_text}" if activity.env else activity.doing
         with self._weights_lock:
             staged = self._staged.version if self._staged is not None else None
             return {"rolling_out": self._rolling_out, "policy_version": self.engine.policy_version,
-                    "staged_version": staged}
+                    "staged_version": staged, "doing": doing, "for_s": time.monotonic() - activity.since,
+                    "pid": os.getpid(), "node": ray.util.get_node_ip_address() if ray.is_initialized() else "local"}
 
     def torch_threads(self) -> int:
         return torch.get_num_threads()
@@ -144,6 +159,7 @@ class RolloutWorker:
             with self._weights_lock:
                 self._rolling_out = False
                 self._load_staged_locked()
+            self.engine.mark("idle")
         result.stats["idle_before_s"] = started - self._last_finished if self._last_finished is not None else 0.0
         self._last_finished = time.perf_counter()
         return result
@@ -294,7 +310,7 @@ class RolloutWorkerGroup:
         if not tasks:
             raise ValueError("no tasks to roll out")
         sampling = sampling or self.sampling_params(seed=seed)
-        calls = []
+        calls, workers = [], []
         for w, (lo, hi) in enumerate(split_evenly(len(tasks), self.num_workers)):
             if lo == hi:
                 continue
@@ -302,7 +318,8 @@ class RolloutWorkerGroup:
             calls.append(self.workers[w].run.remote(list(tasks[lo:hi]), group_size, list(range(first, first + hi - lo)),
                                                     first * group_size, sampling,
                                                     int(seed) + WORKER_SEED_STRIDE * w, expert_guidance))
-        return PendingRollout(calls, time.perf_counter())
+            workers.append((w, self.workers[w]))
+        return PendingRollout(calls, time.perf_counter(), workers, float(getattr(self.rollout_cfg, "hang_timeout_s", 0.0)))
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Sequence[PackedWeights],
                      version: int | None = None) -> None:
@@ -382,11 +399,19 @@ class RolloutWorkerGroup:
 
 
 class PendingRollout:
-    """A rollout call in flight on the workers (:meth:`RolloutWorkerGroup.submit`)."""
+    """A rollout call in flight on the workers (:meth:`RolloutWorkerGroup.submit`).
 
-    def __init__(self, calls: list, submitted_at: float):
+    :meth:`result` watches the workers while it waits: one that has made no progress for
+    ``hang_timeout_s`` (no generate call, env step or reset finished; see ``RolloutEngine.mark``),
+    or that does not answer a status request, raises :class:`RolloutHangError` naming the worker,
+    its node and process, and what it was doing with which env instances."""
+
+    def __init__(self, calls: list, submitted_at: float, workers: Sequence[tuple[int, Any]] = (),
+                 hang_timeout_s: float = 0.0):
         self.calls = calls
         self.submitted_at = submitted_at
+        self.workers = list(workers)        # (index, actor) of each call, in the same order
+        self.hang_timeout_s = hang_timeout_s
 
     def done(self) -> bool:
         import ray
@@ -394,13 +419,39 @@ class PendingRollout:
         ready, _ = ray.wait(self.calls, num_returns=len(self.calls), timeout=0)
         return len(ready) == len(self.calls)
 
-    def result(self, timeout: float | None = None) -> RolloutResult:
+    def result(self) -> RolloutResult:
         """The merged result (waits for every worker's part); ``stats["wall_s"]``: from submission on."""
         import ray
 
-        result = RolloutResult.merge(ray.get(self.calls, timeout=timeout))
+        if self.hang_timeout_s > 0 and self.workers:
+            poll = min(30.0, max(0.5, self.hang_timeout_s / 4))
+            while True:
+                _, waiting = ray.wait(self.calls, num_returns=len(self.calls), timeout=poll)
+                if not waiting:
+                    break
+                self.check_progress([self.workers[self.calls.index(ref)] for ref in waiting])
+        result = RolloutResult.merge(ray.get(self.calls))
         result.stats["wall_s"] = time.perf_counter() - self.submitted_at
         return result
 
+    def check_progress(self, workers: Sequence[tuple[int, Any]]) -> None:
+        """Raise :class:`RolloutHangError` for the first of ``workers`` stuck past ``hang_timeout_s``."""
+        import ray
 
-__all__ = ["PendingRollout", "RolloutWorker", "RolloutWorkerGroup", "split_evenly"]
+        asked = [actor.status.options(concurrency_group=WEIGHTS_GROUP).remote() for _, actor in workers]
+        answer_s = min(STATUS_TIMEOUT_S, max(5.0, self.hang_timeout_s))
+        ready, _ = ray.wait(asked, num_returns=len(asked), timeout=answer_s)
+        for (index, _), ref in zip(workers, asked):
+            if ref not in ready:
+                raise RolloutHangError(
+                    f"rollout worker {index} did not answer a status request within {answer_s:.0f} s (its process "
+                    "is stopped or stuck in native code); check that node's processes and GPU")
+            status = ray.get(ref)
+            if status["rolling_out"] and status["for_s"] > self.hang_timeout_s:
+                raise RolloutHangError(
+                    f"rollout worker {index} (node {status['node']}, pid {status['pid']}) made no progress for "
+                    f"{status['for_s']:.1f} s, more than rollout.hang_timeout_s={self.hang_timeout_s:g}: "
+                    f"{status['doing']}")
+
+
+__all__ = ["PendingRollout", "RolloutHangError", "RolloutWorker", "RolloutWorkerGroup", "split_evenly"]

@@ -39,7 +39,8 @@ def test_weights_arriving_during_a_rollout_are_loaded_between_env_steps(ray_clus
         result = pending.result()
         status = ray.get(group.workers[0].status.remote())
     batch = result.batch
-    assert status == {"rolling_out": False, "policy_version": 5, "staged_version": None}
+    assert (status["rolling_out"], status["policy_version"], status["staged_version"], status["doing"]) == \
+        (False, 5, None, "idle")
     assert sorted(set(batch.group_id.tolist())) == [4] and sorted(set(batch.traj_id.tolist())) == [8, 9]
     versions = batch.policy_version.tolist()
     assert set(versions) == {0, 5}, versions
