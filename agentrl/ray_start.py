@@ -18,15 +18,85 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 RAY_START_ATTEMPTS = 3
 RETRY_WAIT_S = 5.0          # before the second attempt; doubled before each later one
 STARTUP_TIMEOUT_TEXT = "timed out during startup"
 
 
+PLACEMENT_AMOUNT = 0.001    # of a node's custom resource per placed actor: a node offering 1 takes 1,000 of them
+NODE_DEATH_WAIT_S = 45.0    # how long a lost actor's node may take to be marked dead by Ray (its health checks)
+
+
 class RayStartError(RuntimeError):
     """The local Ray node did not start in any of the attempts."""
+
+
+def placed(resources: Sequence[str], index: int) -> dict[str, float]:
+    """The Ray ``resources`` request that puts actor ``index`` of a role on a node: the role's
+    ``placement.*`` entry for it (repeated when the list is shorter), nothing when the list is empty."""
+    if not resources:
+        return {}
+    return {str(resources[index % len(resources)]): PLACEMENT_AMOUNT}
+
+
+BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+_NODE_RESOURCES: dict[str, list[str]] = {}     # node id -> its custom resources, seen while it was alive
+
+
+def custom_resources(node: dict) -> list[str]:
+    return sorted(name for name in node.get("Resources", {}) if name not in BUILTIN_RESOURCES
+                  and not name.startswith("node:") and not name.startswith("accelerator_type:"))
+
+
+def remember_nodes() -> None:
+    """Note each live node's custom resources: Ray reports none for a node once it is dead."""
+    import ray
+
+    for node in ray.nodes():
+        if node.get("Alive"):
+            _NODE_RESOURCES[node["NodeID"]] = custom_resources(node)
+
+
+def check_placement(cfg) -> None:
+    """Every custom resource ``placement.*`` names is offered by a node of the cluster; else one line
+    naming the resource, the ones the nodes offer, and how to add it."""
+    import ray
+
+    from agentrl.errors import UsageError
+
+    remember_nodes()
+    offered = sorted({name for node in ray.nodes() if node.get("Alive") for name in custom_resources(node)})
+    for role in ("learner", "rollout", "env"):
+        for name in getattr(cfg.placement, role):
+            if name not in offered:
+                raise UsageError(f"placement.{role} names the Ray resource {name!r}, which no node of the cluster "
+                                 f"offers (offered: {', '.join(offered) or 'none'}); start a node with "
+                                 f"`ray start --address ... --resources='{{\"{name}\": 1}}'` or change placement.{role}")
+
+
+def lost_node_text(error: BaseException, wait_s: float = NODE_DEATH_WAIT_S) -> str:
+    """One line on the Ray node that an actor error came from, when Ray marks one dead within
+    ``wait_s`` (its id, address and custom resources), else the error's last line."""
+    import ray
+
+    last = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+    deadline = time.monotonic() + wait_s
+    while True:
+        # nodes that were alive when this run started (a cluster keeps listing nodes lost before it)
+        dead = [n for n in ray.nodes() if not n.get("Alive") and (not _NODE_RESOURCES or n["NodeID"] in _NODE_RESOURCES)]
+        if dead:
+            break
+        if time.monotonic() >= deadline:
+            return f"a Ray actor died ({type(error).__name__}: {last})"
+        time.sleep(1.0)
+    parts = []
+    for node in dead:
+        custom = _NODE_RESOURCES.get(node["NodeID"]) or custom_resources(node)
+        parts.append(f"Ray node {node['NodeID'][:12]} ({node.get('NodeManagerAddress')}"
+                     + (f", resources {', '.join(custom)}" if custom else "") + ")")
+    return f"lost {' and '.join(parts)}: its actors died ({type(error).__name__})"
 
 
 def _children() -> set[int]:
@@ -96,3 +166,4 @@ def start_ray(cfg) -> None:
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
         init_local_ray(max(os.cpu_count() or 1, needed))
+    check_placement(cfg)

@@ -101,6 +101,13 @@ def learner_threads(cfg: Config) -> int | None:
     return max(1, available_cores() // (cfg.rollout.num_workers + 1))
 
 
+def ray_actor_error() -> type[BaseException]:
+    """Ray's error for a call to an actor whose process (or node) is gone."""
+    from ray.exceptions import RayActorError
+
+    return RayActorError
+
+
 def rollout_seed(cfg: Config, iteration: int) -> int:
     """The sampling seed of iteration ``iteration``'s rollout (of rollout call ``iteration``)."""
     return cfg.trainer.seed * 1_000_003 + iteration
@@ -224,7 +231,8 @@ class Trainer:
                                           num_gpus_per_worker=gpus_per_worker,
                                           hidden_layer=rollout_hidden_layer(cfg, self.estimator),
                                           # the learner runs at the same time: one more share of the cores
-                                          thread_shares=cfg.rollout.num_workers + 1 if overlapped else None)
+                                          thread_shares=cfg.rollout.num_workers + 1 if overlapped else None,
+                                          worker_resources=cfg.placement.rollout, env_resources=cfg.placement.env)
         if device == "cuda":
             from agentrl.rollout.weight_transfer import device_uuid
 
@@ -276,6 +284,8 @@ class Trainer:
                 metrics = self.iteration(iteration, schedule, estimator_state)
             except (EnvFailureLimitError, RolloutHangError) as err:
                 self.stop_on_rollout_failure(iteration, state, estimator_state, err)
+            except ray_actor_error() as err:     # an actor's process or its whole Ray node was lost
+                self.stop_on_lost_actor(iteration, err)
             self.tracker.log(metrics, iteration)
             self.tracker.status(f"iter {iteration}/{cfg.trainer.iterations} "
                                 f"success {metrics['rollout/success_rate']:.2f} "
@@ -438,6 +448,20 @@ class Trainer:
             plot_run(self.run.path, self.run.name)
         except Exception as err:  # noqa: BLE001
             print(f"agentrl: warning: learning_curve.png not drawn ({type(err).__name__}: {err})", file=sys.stderr)
+
+    def stop_on_lost_actor(self, iteration: int, err: Exception) -> None:
+        """A Ray actor died (a learner rank, a rollout worker: usually its node was lost): nothing more
+        can be saved, so stop with one line naming the lost node and the last complete checkpoint."""
+        from agentrl.ray_start import lost_node_text
+
+        what = lost_node_text(err)
+        latest = self.run.checkpoints / "latest"
+        saved = (f"checkpoint {self.run.checkpoints / latest.read_text().strip()} is the last complete one"
+                 if latest.is_file() else "no checkpoint had been written")
+        self.tracker.status(f"stopped in iteration {iteration}: {what}")
+        raise UsageError(f"training stopped in iteration {iteration}: {what}; {saved}; bring the node back "
+                         "(ray start --address ...) or point placement.* at live nodes, then run the same command "
+                         "again to resume") from None
 
     def stop_on_rollout_failure(self, iteration: int, state: TrainerState, estimator_state: Any,
                                 err: Exception) -> None:

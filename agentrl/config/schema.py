@@ -340,6 +340,17 @@ class EvalConfig:
 
 
 @dataclass
+class PlacementConfig:
+    learner: list = F(help="Ray custom resources (e.g. node_a, set by `ray start --resources`) that place the "
+                      "learner ranks, one per rank and repeated when shorter; [] = where Ray finds room. Only for "
+                      "learner.num_ranks > 1 (one rank runs in the agentrl process)", factory=list)
+    rollout: list = F(help="Ray custom resources that place the rollout workers, one per worker, repeated when "
+                      "shorter; [] = where Ray finds room", factory=list)
+    env: list = F(help="Ray custom resources that place the env pool shards (env.num_servers), one per shard, "
+                  "repeated when shorter; [] = where Ray finds room", factory=list)
+
+
+@dataclass
 class Config:
     description: str = F("", "one line shown by `agentrl recipes`")
     model: ModelConfig = F(help="the policy model", factory=ModelConfig)
@@ -351,3 +362,5 @@ class Config:
     trainer: TrainerConfig = F(help="the training loop", factory=TrainerConfig)
     logging: LoggingConfig = F(help="metrics and trackers", factory=LoggingConfig)
     eval: EvalConfig = F(help="validation and evaluation", factory=EvalConfig)
+    placement: PlacementConfig = F(help="which Ray node runs which role, by custom resource (docs/multinode.md)",
+                                   factory=PlacementConfig)

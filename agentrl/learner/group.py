@@ -28,7 +28,7 @@ from agentrl.estimators.base import LossOptions
 from agentrl.denormals import denormals_flushed, flush_denormals
 from agentrl.learner.distributed import free_port
 from agentrl.learner.engine import Learner, resolve_device
-from agentrl.ray_start import init_local_ray
+from agentrl.ray_start import init_local_ray, placed
 from agentrl.rollout.weight_transfer import PackedWeights
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
@@ -81,9 +81,12 @@ class LearnerGroup:
         if not ray.is_initialized():
             init_local_ray(max(os.cpu_count() or 1, self.num_ranks))
         gpu = resolve_device(cfg.trainer.device) == "cuda"
-        remote_rank = ray.remote(LearnerRank).options(num_cpus=1, num_gpus=1 if gpu else 0)
+        remote_rank = ray.remote(LearnerRank)
         base_env = {"WORLD_SIZE": str(self.num_ranks), "DS_ACCELERATOR": "cuda" if gpu else "cpu"}
-        self.actors = [remote_rank.remote({**base_env, "RANK": str(r)}) for r in range(self.num_ranks)]
+        # placement.learner: a Ray custom resource per rank puts it on a chosen node
+        self.actors = [remote_rank.options(num_cpus=1, num_gpus=1 if gpu else 0,
+                                           resources=placed(cfg.placement.learner, r)).remote({**base_env, "RANK": str(r)})
+                       for r in range(self.num_ranks)]
         address, port = ray.get(self.actors[0].node_address.remote())
         envs = [{**base_env, "RANK": str(r), "MASTER_ADDR": address, "MASTER_PORT": str(port),
                  # each actor sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES), so it is device 0

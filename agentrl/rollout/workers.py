@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from agentrl.denormals import denormals_flushed, flush_denormals
+from agentrl.ray_start import placed
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
@@ -242,7 +243,9 @@ class RolloutWorkerGroup:
     is abandoned and its instance rebuilt (the engine then re-runs or masks the episode).
     Ray must be initialised. ``worker_num_cpus``/``env_num_cpus`` are the Ray CPU reservations of
     one worker and one env pool shard; ``thread_shares``: what ``rollout.torch_threads=0`` divides
-    the cores by (default the workers; the trainer adds one for a learner that runs at the same time).
+    the cores by (default the workers; the trainer adds one for a learner that runs at the same time);
+    ``worker_resources``/``env_resources``: a Ray custom resource per worker / env pool shard that
+    places it on a node (``placement.rollout``/``placement.env``).
     """
 
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, *, num_workers: int | None = None,
@@ -250,7 +253,8 @@ class RolloutWorkerGroup:
                  env_url: str | None = None, env_actors: Sequence[Any] | None = None, backend: str | None = None,
                  device: str = "cpu", dtype: str = "float32", worker_num_cpus: float = 1.0,
                  env_num_cpus: float = 1.0, num_gpus_per_worker: float = 0.0, torch_threads: int | None = None,
-                 stop_strings: Sequence[str] = (), hidden_layer: int | None = None, thread_shares: int | None = None):
+                 stop_strings: Sequence[str] = (), hidden_layer: int | None = None, thread_shares: int | None = None,
+                 worker_resources: Sequence[str] = (), env_resources: Sequence[str] = ()):
         import ray
 
         from agentrl.envs.server.ray_pool import launch_ray_shards
@@ -270,7 +274,8 @@ class RolloutWorkerGroup:
             kwargs = {"max_steps": env_cfg.max_steps, **dict(env_cfg.kwargs), **dict(env_kwargs or {})}
             self._owned_actors = launch_ray_shards(env_cfg.name, self.num_envs, kwargs,
                                                    num_shards=env_cfg.num_servers, num_cpus_per_shard=env_num_cpus,
-                                                   call_timeout_s=env_cfg.step_timeout_s / 2)
+                                                   call_timeout_s=env_cfg.step_timeout_s / 2,
+                                                   resources=env_resources)
             env_source = self._owned_actors
         tokenizer = load_tokenizer(model_dir)
         self.stop_token_ids = tuple(stop_token_ids(tokenizer))
@@ -280,9 +285,10 @@ class RolloutWorkerGroup:
             torch_threads = int(getattr(rollout_cfg, "torch_threads", 1))
         # weight loads run in a concurrency group of their own, so that they reach a worker while a
         # rollout call runs (trainer.mode=async); rollout calls run one at a time
-        actor_class = ray.remote(concurrency_groups={WEIGHTS_GROUP: 1})(RolloutWorker).options(
-            num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker)
-        self.workers = [actor_class.remote(model_dir, rollout_cfg, env_cfg, env_source, list(range(lo, hi)),
+        actor_class = ray.remote(concurrency_groups={WEIGHTS_GROUP: 1})(RolloutWorker)
+        self.workers = [actor_class.options(num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker,
+                                            resources=placed(worker_resources, i)).remote(
+                            model_dir, rollout_cfg, env_cfg, env_source, list(range(lo, hi)),
                                            backend=backend or rollout_cfg.backend, device=device, dtype=dtype,
                                            seed=i, torch_threads=torch_threads,
                                            num_workers=thread_shares or self.num_workers,

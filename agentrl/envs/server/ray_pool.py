@@ -8,10 +8,11 @@ environments). The actor answers the same JSON-level requests as the HTTP server
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from agentrl.envs.server.http_server import shard_sizes
 from agentrl.envs.server.pool import EnvPool
+from agentrl.ray_start import placed
 
 
 class EnvPoolActor:
@@ -31,7 +32,8 @@ class EnvPoolActor:
 def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | None = None,
                       num_shards: int = 1, num_cpus_per_shard: float = 1.0,
                       max_restarts: int = 3, factory: Callable[[], Any] | None = None,
-                      start_timeout: float = 300.0, call_timeout_s: float | None = None) -> list[Any]:
+                      start_timeout: float = 300.0, call_timeout_s: float | None = None,
+                      resources: Sequence[str] = ()) -> list[Any]:
     """Start ``num_shards`` pool actors (Ray must be initialised) and wait until they are built.
 
     ``factory`` (optional) builds one instance instead of ``make_env(env_name, **env_kwargs)``:
@@ -40,13 +42,16 @@ def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | Non
     A shard whose process dies is restarted by Ray (up to ``max_restarts`` times) with fresh
     instances: their next ``step`` reports "no running episode" until they are reset.
     ``call_timeout_s``: see :class:`EnvPool` (a hung reset/step is abandoned, the instance rebuilt).
+    ``resources``: a Ray custom resource per shard (repeated when shorter) that places it on a node
+    (``placement.env``).
     """
     import ray
 
-    actor_class = ray.remote(EnvPoolActor).options(num_cpus=num_cpus_per_shard, max_restarts=max_restarts,
-                                                   max_task_retries=0)
+    actor_class = ray.remote(EnvPoolActor)
     sizes = shard_sizes(size, num_shards)
-    actors = [actor_class.remote(env_name, n, env_kwargs, sum(sizes[:i]), factory, call_timeout_s)
+    actors = [actor_class.options(num_cpus=num_cpus_per_shard, max_restarts=max_restarts, max_task_retries=0,
+                                  resources=placed(resources, i)).remote(env_name, n, env_kwargs, sum(sizes[:i]),
+                                                                         factory, call_timeout_s)
               for i, n in enumerate(sizes)]
     try:
         ray.get([a.ready.remote() for a in actors], timeout=start_timeout)

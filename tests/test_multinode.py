@@ -1,0 +1,199 @@
+"""A real multi-node Ray cluster on one machine: a head and a second node started with `ray start` as
+separate raylets (distinct node ids, custom resources node_a / node_b) on loopback, with the
+commands of docs/multinode.md ("Placement"). `agentrl train` through RAY_ADDRESS places learner
+rank 0 on node A and rank 1 on node B, the rollout worker on B and the env pool on A; the losses
+equal a one-node run's; killing node B mid-run ends the run with one line naming the lost node and
+leaves the last checkpoint loadable; with node B back the same command resumes and finishes."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from test_train_cli import iteration_losses, start_model, train_args  # noqa: F401 - start_model is a fixture
+
+pytestmark = pytest.mark.slow
+DOC = Path(__file__).resolve().parents[1] / "docs" / "multinode.md"
+
+
+def doc_commands() -> tuple[list[str], list[str]]:
+    """The `ray start` lines (head first) and the train command of docs/multinode.md's test block."""
+    text = DOC.read_text()
+    block = text[text.index("<!-- multinode-test -->"):]
+    block = block[block.index("```bash") + len("```bash"):]
+    lines = [line.strip() for line in block[:block.index("```")].splitlines()
+             if line.strip() and not line.strip().startswith("#")]
+    return [line for line in lines if line.startswith("ray start")], \
+        [line for line in lines if "agentrl train" in line]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LoopbackCluster:
+    """Ray nodes started by the documented `ray start` lines, each in a session of its own so one
+    node's processes (raylet and its workers) can be killed without touching any other Ray."""
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        self.port, self.dashboard_port = free_port(), free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="mn", dir="/tmp"))   # short: Ray's socket paths must fit 107 bytes
+        (self.dir / "token").write_text(os.urandom(32).hex())
+        self.env = {**{k: v for k, v in os.environ.items()
+                       if k not in ("RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")},
+                    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.dir / "token"),
+                    "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
+        self.sessions: dict[str, int] = {}     # node resource -> the session id of its processes
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, index: int) -> None:
+        line = self.lines[index].replace("6379", str(self.port)).replace("8265", str(self.dashboard_port))
+        line = line.replace("HEAD_IP", "127.0.0.1")
+        args = shlex.split(line)
+        if "--head" in args:
+            args.append(f"--temp-dir={self.dir / 'ray'}")
+        name = re.search(r'"(node_\w+)"', line).group(1)
+        ray_bin = str(Path(sys.executable).parent / "ray")
+        proc = subprocess.Popen([ray_bin, *args[1:]], env=self.env, start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 0, out[-3000:]
+        self.sessions[name] = proc.pid        # its daemons stay in the session ray start opened
+
+    def processes(self, name: str) -> list[psutil.Process]:
+        sid = self.sessions[name]
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if os.getsid(proc.pid) == sid:
+                    found.append(proc)
+            except (ProcessLookupError, PermissionError):
+                continue
+        return found
+
+    def kill(self, name: str) -> int:
+        victims = self.processes(name)
+        for proc in victims:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        return len(victims)
+
+    def stop(self) -> None:
+        for name in list(self.sessions)[::-1]:
+            self.kill(name)
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = 900) -> tuple[int, str]:
+    proc = subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def cluster_train_args(train_line: str, out: Path, start_model: str, iterations: int) -> list[str]:
+    """The documented train command with the test's tiny settings (which replace its recipe)."""
+    documented = shlex.split(train_line.split("agentrl train", 1)[1])
+    placement = [a for a in documented if a.startswith("placement.") or a.startswith("learner.num_ranks")]
+    assert len(placement) == 4, documented
+    return [sys.executable, "-m", "agentrl.cli.main", *train_args(out, start_model, iterations), *placement]
+
+
+def actor_nodes(address: str, env: dict[str, str]) -> dict[str, list[str]]:
+    """Class name -> the node ids its actors ran on, from Ray's state API (in a child process: this
+    test process stays out of the cluster)."""
+    code = ("import json, ray\nfrom ray.util.state import list_actors\n"
+            f"ray.init(address={address!r}, log_to_driver=False)\n"
+            "nodes = {n['NodeID']: n for n in ray.nodes()}\n"
+            "out = {}\n"
+            "for a in list_actors(limit=1000, detail=True):\n"
+            "    res = nodes[a.node_id]['Resources'] if a.node_id in nodes else {}\n"
+            "    name = next((k for k in res if k.startswith('node_')), a.node_id)\n"
+            "    out.setdefault(a.class_name, []).append([a.name or '', name, a.actor_id])\n"
+            "print(json.dumps(out))\n")
+    code_rc, out = run([sys.executable, "-c", code], env, timeout=120)
+    assert code_rc == 0, out[-2000:]
+    import json
+
+    data = json.loads(out.strip().splitlines()[-1])
+    return {cls: [node for _, node, _ in entries] for cls, entries in data.items()}
+
+
+def test_two_raylets_place_the_roles_survive_nothing_silently_and_resume(tmp_path, start_model):
+    ray_lines, train_lines = doc_commands()
+    assert len(ray_lines) == 2 and len(train_lines) == 1
+    base_env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "RANK",
+                                                                  "WORLD_SIZE", "LOCAL_RANK")}
+    base_env.update(RAY_USAGE_STATS_ENABLED="0", WANDB_SILENT="true", OMP_NUM_THREADS="1")
+    # the same run on one node (a local Ray instance) first
+    rc, out = run([sys.executable, "-m", "agentrl.cli.main", *train_args(tmp_path / "one", start_model)], base_env)
+    assert rc == 0, out[-3000:]
+    one_node = iteration_losses(tmp_path / "one" / "run")
+
+    cluster = LoopbackCluster(ray_lines)
+    try:
+        cluster.start(0)
+        cluster.start(1)
+        env = {**cluster.env, "RAY_ADDRESS": cluster.address}
+        rc, out = run(cluster_train_args(train_lines[0], tmp_path / "two", start_model, 2), env)
+        assert rc == 0, out[-3000:]
+        assert iteration_losses(tmp_path / "two" / "run") == pytest.approx(one_node, rel=1e-5, abs=1e-7)
+        placed = actor_nodes(cluster.address, env)
+        assert sorted(placed["LearnerRank"]) == ["node_a", "node_b"], placed
+        assert set(placed["RolloutWorker"]) == {"node_b"} and set(placed["EnvPoolActor"]) == {"node_a"}, placed
+
+        # node B lost after the first checkpoint: one line naming it, the checkpoint intact
+        args = cluster_train_args(train_lines[0], tmp_path / "lost", start_model, 3)
+        proc = subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        latest = tmp_path / "lost" / "run" / "checkpoints" / "latest"
+        deadline = time.time() + 600
+        while not latest.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert latest.exists(), "no checkpoint before the node was killed"
+        assert cluster.kill("node_b") >= 2          # its raylet and the actors' worker processes
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 2, out[-3000:]
+        errors = [line for line in out.splitlines() if line.startswith("agentrl: error:")]
+        assert len(errors) == 1, out[-3000:]
+        assert re.search(r"training stopped in iteration \d: lost Ray node \w+ \([\d.]+, resources node_b\): its "
+                         r"actors died \(\w+\); checkpoint .*iter_\d+ is the last complete one", errors[0]), errors[0]
+        saved = latest.read_text().strip()
+        assert (tmp_path / "lost" / "run" / "checkpoints" / saved / "trainer_state.json").is_file()
+
+        # node B back: the same command resumes from that checkpoint and finishes
+        cluster.start(1)
+        rc, out = run(args, env)
+        assert rc == 0, out[-3000:]
+        assert f"resumed run after iteration {int(saved.split('_')[1])}" in out
+        assert sorted(iteration_losses(tmp_path / "lost" / "run"))[-1] == 3
+    finally:
+        cluster.stop()
+
+
+def test_a_placement_resource_that_no_node_offers_is_refused_in_one_line(tmp_path, start_model):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1")
+    rc, out = run([sys.executable, "-m", "agentrl.cli.main", *train_args(tmp_path, start_model),
+                   "placement.rollout=[node_z]"], env, timeout=300)
+    assert rc == 2, out[-2000:]
+    assert "agentrl: error: placement.rollout names the Ray resource 'node_z', which no node of the cluster offers " \
+           "(offered: none); start a node with `ray start --address ... --resources='{\"node_z\": 1}'`" in out, out[-2000:]
