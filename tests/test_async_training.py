@@ -5,16 +5,13 @@ killed after its first checkpoint and resumed reproduces the uninterrupted run's
 
 import json
 import math
-import os
 import shutil
-import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from agentrl.tracking import read_metrics
-from test_train_cli import run_cli, start_model, train_args  # noqa: F401 - start_model is a fixture
+from test_train_cli import kill_after_first_checkpoint, run_cli, start_model, train_args  # noqa: F401 - start_model is a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -71,14 +68,7 @@ def test_one_step_off_killed_and_resumed_matches_the_uninterrupted_run(tmp_path,
     assert by_iteration(full, "async/staleness_max") == {1: 0.0, 2: 1.0, 3: 1.0}
     assert set(by_iteration(full, "async/versions_per_episode_max").values()) == {1.0}
 
-    killed = run_cli(args(tmp_path / "killed"))
-    latest = tmp_path / "killed" / "run" / "checkpoints" / "latest"
-    deadline = time.time() + 600
-    while not latest.exists() and time.time() < deadline and killed.poll() is None:
-        time.sleep(0.1)
-    assert latest.exists(), "the first checkpoint never appeared"
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait(timeout=60)
+    kill_after_first_checkpoint(run_cli(args(tmp_path / "killed")), tmp_path / "killed" / "run")
     out = finish(run_cli(args(tmp_path / "killed")))
     assert "resumed run after iteration 1" in out and "restored 2 buffered groups" in out
     resumed = tmp_path / "killed" / "run"

@@ -52,6 +52,17 @@ def run_cli(args: list[str], **kwargs) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 
 
+def kill_after_first_checkpoint(proc: subprocess.Popen, run_dir: Path) -> None:
+    """SIGKILL a training run (its whole process group) as soon as its first checkpoint is complete."""
+    latest = run_dir / "checkpoints" / "latest"
+    deadline = time.time() + 600
+    while not latest.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert latest.exists(), "the first checkpoint never appeared"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
 def iteration_losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["learner/loss"] for r in read_metrics(run_dir / "metrics.jsonl") if "learner/loss" in r}
 
@@ -91,14 +102,7 @@ def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
     assert all(torch.equal(exported[k], after[k]) for k in after)
 
     # the same run, killed once its iteration-1 checkpoint is complete, then resumed
-    killed = run_cli(train_args(tmp_path / "killed", start_model))
-    latest = tmp_path / "killed" / "run" / "checkpoints" / "latest"
-    deadline = time.time() + 600
-    while not latest.exists() and time.time() < deadline and killed.poll() is None:
-        time.sleep(0.2)
-    assert latest.exists(), "the first checkpoint never appeared"
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait(timeout=60)
+    kill_after_first_checkpoint(run_cli(train_args(tmp_path / "killed", start_model)), tmp_path / "killed" / "run")
     resumed = run_cli(train_args(tmp_path / "killed", start_model))
     out, _ = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, out[-3000:]

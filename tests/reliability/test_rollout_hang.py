@@ -9,20 +9,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
 
-from agentrl.config import load_config
 from agentrl.config.schema import EnvConfig, RolloutConfig
 from agentrl.envs import TaskRef
-from agentrl.models import build_tiny_model, prepare_initial_model, train_tokenizer
+from agentrl.models import build_tiny_model, train_tokenizer
 from agentrl.rollout.workers import WEIGHTS_GROUP, RolloutHangError, RolloutWorkerGroup
-from agentrl.warmstart.starting_policy import corpus_builder
-from test_train_failure_cap import ENV, TINY, free_port
+from test_train_failure_cap import free_port, serve_textcraft, train_until_first_checkpoint
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -100,33 +95,12 @@ def test_a_stopped_rollout_worker_is_reported_as_not_answering(ray_cluster, mode
 
 
 def test_train_stops_with_one_line_and_a_checkpoint_when_the_env_server_hangs(tmp_path):
-    cfg = load_config("textcraft_grpo_tiny", TINY)
-    model = prepare_initial_model(cfg.model, cfg.tokenizer, tmp_path / "init", corpus=corpus_builder(cfg))
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "agentrl.cli.main", "envs", "serve", "textcraft", "--port",
-                               str(port), "--size", "4", "--env-kwargs", '{"max_steps": 3}'], env=ENV,
-                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = serve_textcraft(port)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+        train, latest = train_until_first_checkpoint(tmp_path, port, "env.step_timeout_s=600",
+                                                     "rollout.hang_timeout_s=3")
         out = tmp_path / "runs"
-        train = subprocess.Popen(
-            [sys.executable, "-m", "agentrl.cli.main", "train", "recipe=textcraft_grpo_tiny", *TINY,
-             f"trainer.init_checkpoint={model}", f"trainer.output_dir={out}", "trainer.run_name=run",
-             f"env.server_url=http://127.0.0.1:{port}", "env.tasks_per_iteration=2", "env.group_size=2",
-             "env.max_steps=3", "env.step_timeout_s=600", "rollout.max_response_tokens=8", "rollout.hang_timeout_s=3",
-             "trainer.iterations=50", "trainer.save_every=1", "trainer.eval_before_train=false", "trainer.eval_every=0",
-             "logging.wandb.mode=disabled"],
-            env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        latest = out / "run" / "checkpoints" / "latest"
-        deadline = time.time() + 400
-        while not latest.exists() and time.time() < deadline and train.poll() is None:
-            time.sleep(0.2)
         assert latest.exists(), "no checkpoint before the fault"
         os.killpg(server.pid, signal.SIGSTOP)          # the server and its shard processes
         output, _ = train.communicate(timeout=300)

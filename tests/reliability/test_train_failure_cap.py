@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -29,34 +30,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_dead_env_server_stops_training_with_a_checkpoint(tmp_path):
-    cfg = load_config("textcraft_grpo_tiny", TINY)
-    model = prepare_initial_model(cfg.model, cfg.tokenizer, tmp_path / "init", corpus=corpus_builder(cfg))
-    port = free_port()
+def serve_textcraft(port: int) -> subprocess.Popen:
+    """`agentrl envs serve textcraft` on loopback (4 instances of 3 steps), once it answers /health."""
     server = subprocess.Popen([sys.executable, "-m", "agentrl.cli.main", "envs", "serve", "textcraft", "--port",
                                str(port), "--size", "4", "--env-kwargs", '{"max_steps": 3}'], env=ENV,
                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    return server
+
+
+def train_until_first_checkpoint(tmp_path, port: int, *extra: str) -> tuple[subprocess.Popen, Path]:
+    """`agentrl train` of a tiny model against the env server at ``port``, 50 iterations with a
+    checkpoint after each; returns once the first checkpoint is complete (and its ``latest`` file)."""
+    cfg = load_config("textcraft_grpo_tiny", TINY)
+    model = prepare_initial_model(cfg.model, cfg.tokenizer, tmp_path / "init", corpus=corpus_builder(cfg))
+    out = tmp_path / "runs"
+    train = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.cli.main", "train", "recipe=textcraft_grpo_tiny", *TINY,
+         f"trainer.init_checkpoint={model}", f"trainer.output_dir={out}", "trainer.run_name=run",
+         f"env.server_url=http://127.0.0.1:{port}", "env.tasks_per_iteration=2", "env.group_size=2",
+         "env.max_steps=3", "rollout.max_response_tokens=8", "trainer.iterations=50", "trainer.save_every=1",
+         "trainer.eval_before_train=false", "trainer.eval_every=0", "logging.wandb.mode=disabled", *extra],
+        env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    latest = out / "run" / "checkpoints" / "latest"
+    deadline = time.time() + 400
+    while not latest.exists() and time.time() < deadline and train.poll() is None:
+        time.sleep(0.2)
+    return train, latest
+
+
+def test_dead_env_server_stops_training_with_a_checkpoint(tmp_path):
+    port = free_port()
+    server = serve_textcraft(port)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+        train, latest = train_until_first_checkpoint(tmp_path, port, "rollout.max_env_failures=1")
         out = tmp_path / "runs"
-        train = subprocess.Popen(
-            [sys.executable, "-m", "agentrl.cli.main", "train", "recipe=textcraft_grpo_tiny", *TINY,
-             f"trainer.init_checkpoint={model}", f"trainer.output_dir={out}", "trainer.run_name=run",
-             f"env.server_url=http://127.0.0.1:{port}", "env.tasks_per_iteration=2", "env.group_size=2",
-             "env.max_steps=3", "rollout.max_response_tokens=8", "rollout.max_env_failures=1",
-             "trainer.iterations=50", "trainer.save_every=1", "trainer.eval_before_train=false", "trainer.eval_every=0",
-             "logging.wandb.mode=disabled"],
-            env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        latest = out / "run" / "checkpoints" / "latest"
-        deadline = time.time() + 400
-        while not latest.exists() and time.time() < deadline and train.poll() is None:
-            time.sleep(0.2)
         assert latest.exists(), "no checkpoint before the fault"
         os.killpg(server.pid, signal.SIGKILL)  # the env server dies for good
         log, _ = train.communicate(timeout=400)
