@@ -54,7 +54,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from agentrl.envs.server.api import docs_page, openapi_document
-from agentrl.envs.server.pool import EnvPool
+from agentrl.envs.server.pool import EnvPool, shard_sizes
 
 DEFAULT_MAX_BODY_BYTES = 16 << 20
 POST_ROUTES = {"/reset": "reset", "/step": "step", "/expert": "expert"}
@@ -63,13 +63,6 @@ KEEP_ALIVE_S = 300.0        # idle keep-alive connections are closed after this
 GRACEFUL_SHUTDOWN_S = 2.0   # on close, requests still running after this are abandoned
 EVENT_LOOP = "auto"         # uvloop when installed, else asyncio
 POOL_WORKERS = 4            # threads that run environment calls (the pool serialises them anyway)
-
-
-def shard_sizes(size: int, num_shards: int) -> list[int]:
-    """``size`` instances over ``num_shards`` shards, as evenly as possible (first shards larger)."""
-    if num_shards <= 0 or num_shards > size:
-        raise ValueError(f"need 1..{size} shards for {size} instances, got {num_shards}")
-    return [size // num_shards + (1 if i < size % num_shards else 0) for i in range(num_shards)]
 
 
 def _dumps(body: Any) -> bytes:

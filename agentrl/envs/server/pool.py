@@ -309,3 +309,10 @@ class EnvPool:
                         env.close()
                     except Exception:  # noqa: BLE001 - closing is best effort
                         pass
+
+
+def shard_sizes(size: int, num_shards: int) -> list[int]:
+    """``size`` instances over ``num_shards`` shards, as evenly as possible (first shards larger)."""
+    if num_shards <= 0 or num_shards > size:
+        raise ValueError(f"need 1..{size} shards for {size} instances, got {num_shards}")
+    return [size // num_shards + (1 if i < size % num_shards else 0) for i in range(num_shards)]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from agentrl.envs.server.http_server import shard_sizes
-from agentrl.envs.server.pool import EnvPool
+from agentrl.envs.server.pool import EnvPool, shard_sizes
 from agentrl.ray_start import placed
 
 
