@@ -26,6 +26,11 @@ def add_cli(subparsers) -> None:
     gen.add_argument("--n", type=int, default=144, help="number of train games (default: %(default)s)")
     gen.add_argument("--n-valid", type=int, default=None,
                      help="games in each of valid_seen and valid_unseen (default: max(6, n // 4))")
+    gen.add_argument("--n-valid-seen", type=int, default=None, help="valid_seen games (overrides --n-valid)")
+    gen.add_argument("--n-valid-unseen", type=int, default=None, help="valid_unseen games (overrides --n-valid)")
+    gen.add_argument("--paper-sizes", action="store_true",
+                     help="the official split sizes: 3,553 train, 140 valid_seen, 134 valid_unseen "
+                     "(overrides the counts above)")
     gen.add_argument("--seed", type=int, default=0, help="generation seed (default: %(default)s)")
     gen.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     gen.add_argument("--solver", choices=SOLVERS, default="expert",
@@ -36,6 +41,7 @@ def add_cli(subparsers) -> None:
                      help="task families to deal round-robin (default: all six)")
     gen.add_argument("--rooms", nargs="+", default=None, choices=("kitchen", "livingroom", "bedroom", "bathroom"),
                      help="room kinds whose scenes are used (default: all)")
+    gen.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     gen.set_defaults(_envs_run=run_generate)
 
     bench = sub.add_parser("bench", help="measure engine steps/s in one process and over a process pool")
@@ -49,19 +55,46 @@ def add_cli(subparsers) -> None:
     bench.set_defaults(_envs_run=run_bench)
 
 
-def run_generate(args) -> int:
-    from agentrl.envs.alfworld.generate import generate_dataset
+def generate_counts(args) -> dict[str, int]:
+    """Games per split asked by ``generate``'s flags."""
+    from agentrl.envs.alfworld.tasks import PAPER_SPLIT_SIZES
 
+    if args.paper_sizes:
+        return dict(PAPER_SPLIT_SIZES)
     n_valid = args.n_valid if args.n_valid is not None else max(6, args.n // 4)
-    counts = {"train": args.n, "valid_seen": n_valid, "valid_unseen": n_valid}
+    return {"train": args.n,
+            "valid_seen": n_valid if args.n_valid_seen is None else args.n_valid_seen,
+            "valid_unseen": n_valid if args.n_valid_unseen is None else args.n_valid_unseen}
+
+
+def run_generate(args) -> int:
+    import sys
+
+    from agentrl.envs.alfworld.generate import generate_games
+
+    counts = generate_counts(args)
     start = time.perf_counter()
-    trials = generate_dataset(args.out, counts, seed=args.seed, workers=args.workers, solver=args.solver,
-                              task_types=tuple(args.task_types) if args.task_types else None,
-                              rooms=tuple(args.rooms) if args.rooms else None)
+    shown = [start]
+
+    def progress(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if not args.quiet and (done == total or now - shown[0] >= 30):
+            shown[0] = now
+            print(f"alfworld generate: {done}/{total} games, {now - start:.0f} s", file=sys.stderr, flush=True)
+
+    try:
+        report = generate_games(args.out, counts, seed=args.seed, workers=args.workers, solver=args.solver,
+                                task_types=tuple(args.task_types) if args.task_types else None,
+                                rooms=tuple(args.rooms) if args.rooms else None, progress=progress)
+    except ValueError as err:  # another recipe in --out, unknown task types or rooms
+        print(f"agentrl envs alfworld generate: {err}", file=sys.stderr)
+        return 2
     seconds = time.perf_counter() - start
-    print(json.dumps({"out": os.path.abspath(args.out), "games": len(trials), "counts": counts,
-                      "seed": args.seed, "seconds": round(seconds, 1),
-                      "games_per_s": round(len(trials) / seconds, 3)}))
+    made = report["generated"]
+    print(json.dumps({"out": os.path.abspath(args.out), "games": len(report["trials"]), "counts": counts,
+                      "generated": made, "skipped_finished": report["skipped"], "seed": args.seed,
+                      "seconds": round(seconds, 1),
+                      "games_per_s": round(made / seconds, 3) if made else None}))
     return 0
 
 

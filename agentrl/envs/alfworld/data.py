@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 
 from agentrl.envs.alfworld.tasks import has_official_layout
@@ -97,10 +96,12 @@ def ensure_generated_set(counts: dict[str, int] | None = None, seed: int = DEFAU
     """The directory of the generated set for ``(counts, seed, options)`` (options: see
     :func:`generation_options`), generating it if absent.
 
-    Concurrent callers (several env processes) wait on a file lock; the set is written to a
-    temporary directory and renamed into place, so a killed generation leaves nothing half-made.
+    Concurrent callers (several env processes) wait on a file lock; the set is written to
+    ``<dir>.partial`` and renamed into place when complete, so a killed generation leaves no
+    half-made set, and the next call resumes it (finished games are kept, see
+    :func:`agentrl.envs.alfworld.generate.generate_games`).
     """
-    from agentrl.envs.alfworld.generate import generate_dataset
+    from agentrl.envs.alfworld.generate import generate_games
 
     counts = dict(counts or DEFAULT_GENERATED_COUNTS)
     options = options or generation_options()
@@ -111,22 +112,19 @@ def ensure_generated_set(counts: dict[str, int] | None = None, seed: int = DEFAU
         if os.path.isfile(os.path.join(root, "COMPLETE")):
             return root
         total = sum(counts.values())
+        tmp = root + ".partial"
         if verbose:
-            print(f"agentrl: generating {total} ALFWorld games into {root} (first use; one time)",
+            resumed = " (resuming an interrupted generation)" if os.path.isdir(tmp) else ""
+            print(f"agentrl: generating {total} ALFWorld games into {root} (first use; one time){resumed}",
                   flush=True)
         start = time.perf_counter()
-        tmp = tempfile.mkdtemp(prefix=".partial-", dir=os.path.dirname(root))
-        try:
-            generate_dataset(tmp, counts, seed=seed, workers=workers, **options)
-            with open(os.path.join(tmp, "COMPLETE"), "w") as f:
-                json.dump({"counts": counts, "seed": seed, **options,
-                           "seconds": round(time.perf_counter() - start, 1)}, f)
-            if os.path.isdir(root):
-                shutil.rmtree(root)
-            os.replace(tmp, root)
-        finally:
-            if os.path.isdir(tmp):
-                shutil.rmtree(tmp, ignore_errors=True)
+        generate_games(tmp, counts, seed=seed, workers=workers, **options)
+        with open(os.path.join(tmp, "COMPLETE"), "w") as f:
+            json.dump({"counts": counts, "seed": seed, **options,
+                       "seconds": round(time.perf_counter() - start, 1)}, f)
+        if os.path.isdir(root):
+            shutil.rmtree(root)
+        os.replace(tmp, root)
         if verbose:
             print(f"agentrl: generated {total} ALFWorld games in {time.perf_counter() - start:.0f} s",
                   flush=True)

@@ -18,7 +18,8 @@ Each game is then loaded by TextWorld's ``PddlEnv`` and solved, by default with 
 expert of :mod:`agentrl.envs.alfworld.expert` (the engine's Fast Downward planner is available with
 ``solver="planner"`` but takes minutes on the larger scenes); the walkthrough is replayed in the
 engine to a win before the game is written, so every stored game is solvable.
-Generation is deterministic: game ``i`` of split ``s`` depends only on ``(seed, s, i)``.
+Generation is deterministic: game ``i`` of split ``s`` depends only on ``(seed, s, i)``, so it
+runs on any number of processes and resumes after an interruption (:func:`generate_games`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import functools
 import json
 import os
 import random
-from concurrent.futures import ProcessPoolExecutor
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from agentrl.envs.alfworld.tasks import (
@@ -377,7 +379,7 @@ def generate_game(seed: int, split: str, index: int, solver: str = "expert", max
         params = sample_task(task_type, scene, rng)
         if params is None:
             continue
-        task_id = f"trial_S{seed}_{split}_{index:06d}"
+        task_id = trial_name(seed, split, index)
         problem = build_problem(task_id, task_type, params, scene, rng)
         goal = goal_text(task_type, params, rng)
         logic = game_logic()
@@ -402,30 +404,149 @@ def generate_game(seed: int, split: str, index: int, solver: str = "expert", max
                        f"after {max_tries} attempts")
 
 
+MANIFEST_FILE = "agentrl-generate.json"  # the recipe of a generated directory, at its root
+_TMP_SUFFIX = ".partial"
+
+
+def trial_name(seed: int, split: str, index: int) -> str:
+    """The trial directory name of game ``index`` of ``split`` (it names the game for resuming)."""
+    return f"trial_S{seed}_{split}_{index:06d}"
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader (or a killed writer) never sees half of it."""
+    tmp = f"{path}.{os.getpid()}{_TMP_SUFFIX}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def _generate_and_write(out: str, seed: int, split: str, index: int, solver: str,
                         task_types: tuple[str, ...] | None = None, rooms: tuple[str, ...] | None = None) -> str:
     game = generate_game(seed, split, index, solver, task_types=task_types, rooms=rooms)
     trial = os.path.join(out, DATA_SUBDIR, split, game["task_dir"], game["trial_dir"])
     os.makedirs(trial, exist_ok=True)
-    with open(os.path.join(trial, TRAJ_FILE), "w") as f:
-        json.dump(game["traj"], f, indent=1)
-    with open(os.path.join(trial, GAME_FILE), "w") as f:
-        json.dump(game["game"], f)
+    _write_atomic(os.path.join(trial, TRAJ_FILE), json.dumps(game["traj"], indent=1))
+    # the game file goes last: its presence marks the game finished (see finished_games)
+    _write_atomic(os.path.join(trial, GAME_FILE), json.dumps(game["game"]))
     return trial
+
+
+def finished_games(out: str, seed: int, split: str) -> dict[int, str]:
+    """``{index: trial dir}`` of the games of ``split`` already written under ``out`` (both files
+    present); leftovers of interrupted writes (``*.partial``) are removed on the way."""
+    base = os.path.join(out, DATA_SUBDIR, split)
+    prefix = trial_name(seed, split, 0)[:-6]
+    done: dict[int, str] = {}
+    if not os.path.isdir(base):
+        return done
+    for task_dir in os.scandir(base):
+        if not task_dir.is_dir():
+            continue
+        for trial in os.scandir(task_dir.path):
+            if not (trial.is_dir() and trial.name.startswith(prefix)):
+                continue
+            names = os.listdir(trial.path)
+            for name in names:
+                if name.endswith(_TMP_SUFFIX):
+                    os.remove(os.path.join(trial.path, name))
+            if GAME_FILE in names and TRAJ_FILE in names:
+                done[int(trial.name[len(prefix):])] = trial.path
+    return done
+
+
+def _recipe(seed: int, solver: str, task_types, rooms) -> dict:
+    from importlib.metadata import version
+
+    return {"generator": GENERATOR_VERSION, "alfworld": version("alfworld"), "seed": seed, "solver": solver,
+            "task_types": list(task_types) if task_types else None, "rooms": list(rooms) if rooms else None}
+
+
+def _check_manifest(out: str, recipe: dict) -> dict:
+    """The directory's manifest (made now if the directory holds no games); a different recipe is an
+    error, so a resumed generation never mixes two sets."""
+    path = os.path.join(out, MANIFEST_FILE)
+    if os.path.isfile(path):
+        with open(path) as f:
+            manifest = json.load(f)
+        theirs = {k: manifest.get(k) for k in recipe}
+        if theirs != recipe:
+            diff = {k: (theirs[k], recipe[k]) for k in recipe if theirs[k] != recipe[k]}
+            raise ValueError(f"{out} holds games of another recipe ({MANIFEST_FILE}: "
+                             + ", ".join(f"{k} {a!r} there, {b!r} asked" for k, (a, b) in diff.items())
+                             + "); use another --out or the same options")
+        return manifest
+    if any(os.listdir(os.path.join(out, DATA_SUBDIR, s)) for s in SPLITS
+           if os.path.isdir(os.path.join(out, DATA_SUBDIR, s))):
+        raise ValueError(f"{out} holds games but no {MANIFEST_FILE}: not a set this generator can resume; "
+                         "use an empty directory")
+    return dict(recipe)
+
+
+def generate_games(out: str, counts: dict[str, int], seed: int = 0, workers: int | None = None,
+                   solver: str = "expert", task_types: tuple[str, ...] | None = None,
+                   rooms: tuple[str, ...] | None = None, progress=None) -> dict:
+    """Write ``counts[split]`` games per split under ``out`` in the official layout, resumably.
+
+    Games already finished under ``out`` (an earlier, interrupted run of the same recipe) are kept
+    and not generated again: each game's files are written atomically, the game file last, and
+    ``agentrl-generate.json`` at the root records the recipe (a different recipe is refused) and,
+    at the end, ``complete``. Work is spread over ``workers`` processes (default: all cores); the
+    games do not depend on it. ``progress(done, total)`` is called after every game.
+
+    Returns ``{"trials": [trial dirs, in split and index order], "generated", "skipped", "seconds"}``.
+    """
+    start = time.perf_counter()
+    os.makedirs(out, exist_ok=True)
+    recipe = _recipe(seed, solver, task_types, rooms)
+    manifest = _check_manifest(out, recipe)
+    asked = {s: int(counts.get(s, 0)) for s in SPLITS}
+    manifest.update(recipe, complete=False,
+                    counts={s: max(asked[s], (manifest.get("counts") or {}).get(s, 0)) for s in SPLITS})
+    _write_atomic(os.path.join(out, MANIFEST_FILE), json.dumps(manifest, indent=1))
+
+    trials: dict[tuple[str, int], str] = {}
+    jobs = []
+    for split in SPLITS:
+        done = finished_games(out, seed, split)
+        for i in range(asked[split]):
+            if i in done:
+                trials[(split, i)] = done[i]
+            else:
+                jobs.append((split, i))
+    skipped, total = len(trials), len(trials) + len(jobs)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
+    args = (solver, task_types, rooms)
+    if workers == 1:
+        for split, i in jobs:
+            trials[(split, i)] = _generate_and_write(out, seed, split, i, *args)
+            if progress:
+                progress(len(trials), total)
+    elif jobs:
+        pool = ProcessPoolExecutor(max_workers=workers)
+        try:
+            futures = {pool.submit(_generate_and_write, out, seed, s, i, *args): (s, i) for s, i in jobs}
+            for future in as_completed(futures):
+                trials[futures[future]] = future.result()
+                if progress:
+                    progress(len(trials), total)
+        except BaseException:
+            # interrupted (Ctrl-C, a failed game): drop the queued games instead of waiting for them;
+            # the games finished so far stay and a rerun resumes from them
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+    seconds = time.perf_counter() - start
+    previous = manifest.get("seconds_total", 0.0)
+    manifest.update(complete=all(len(finished_games(out, seed, s)) >= manifest["counts"][s] for s in SPLITS),
+                    seconds_total=round(previous + seconds, 1), games=sum(manifest["counts"].values()))
+    _write_atomic(os.path.join(out, MANIFEST_FILE), json.dumps(manifest, indent=1))
+    ordered = [trials[(s, i)] for s in SPLITS for i in range(asked[s])]
+    return {"trials": ordered, "generated": len(jobs), "skipped": skipped, "seconds": seconds}
 
 
 def generate_dataset(out: str, counts: dict[str, int], seed: int = 0, workers: int | None = None,
                      solver: str = "expert", task_types: tuple[str, ...] | None = None,
                      rooms: tuple[str, ...] | None = None) -> list[str]:
-    """Write ``counts[split]`` games per split under ``out`` in the official layout.
-
-    Work is spread over ``workers`` processes (default: all cores); results do not depend on it.
-    ``task_types`` and ``rooms`` restrict the families and room kinds (see :func:`generate_game`).
-    """
-    jobs = [(split, i) for split in SPLITS for i in range(counts.get(split, 0))]
-    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
-    if workers == 1:
-        return [_generate_and_write(out, seed, s, i, solver, task_types, rooms) for s, i in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_generate_and_write, out, seed, s, i, solver, task_types, rooms) for s, i in jobs]
-        return [f.result() for f in futures]
+    """:func:`generate_games`' trial directories (resumable, parallel; see there)."""
+    return generate_games(out, counts, seed, workers, solver, task_types, rooms)["trials"]

@@ -36,6 +36,11 @@ TASK_TYPE_SHORT_NAMES = {
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
 
+# Games per split of the official release after the reference loader's filters (ALFWorld paper and
+# the LLM-agent papers: 3,553 train, 140 valid_seen (in distribution), 134 valid_unseen (out of
+# distribution)).
+PAPER_SPLIT_SIZES = {"train": 3553, "valid_seen": 140, "valid_unseen": 134}
+
 DATA_SUBDIR = "json_2.1.1"
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
