@@ -38,13 +38,6 @@ def model_dir(tmp_path_factory):
     return str(out)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def group_of(model_dir: str, hang_timeout_s: float) -> RolloutWorkerGroup:
     # a long rollout (a random policy rarely finishes), and env calls that would wait 5 minutes
     env_cfg = EnvConfig(name="textcraft", max_steps=200, group_size=2, tasks_per_iteration=1, history_length=1,

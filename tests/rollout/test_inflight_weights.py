@@ -27,7 +27,7 @@ def wait_until_rolling_out(worker, timeout_s: float = 60.0) -> None:
 
 def test_weights_arriving_during_a_rollout_are_loaded_between_env_steps(ray_cluster, tiny_model_dir, tiny_tokenizer):
     # a random policy rarely finishes a TextCraft task, so its episodes run to max_steps: a long call
-    env_cfg = env_config("textcraft", max_steps=60, group_size=2, tasks_per_iteration=1)
+    env_cfg = env_config("textcraft", max_steps=300, group_size=2, tasks_per_iteration=1)
     cfg = rollout_config(max_response_tokens=4, max_prompt_tokens=256, prompt_truncation="left", temperature=0.0)
     first = build_tiny_model(TINY, tiny_tokenizer, seed=0).eval()     # what tiny_model_dir holds
     second = build_tiny_model(TINY, tiny_tokenizer, seed=11).eval()
