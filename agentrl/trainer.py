@@ -101,11 +101,12 @@ def learner_threads(cfg: Config) -> int | None:
     return max(1, available_cores() // (cfg.rollout.num_workers + 1))
 
 
-def ray_actor_error() -> type[BaseException]:
-    """Ray's error for a call to an actor whose process (or node) is gone."""
-    from ray.exceptions import RayActorError
+def ray_actor_error() -> tuple[type[BaseException], ...]:
+    """Ray's errors for a call to an actor whose process (or node) is gone, and for a task that failed
+    (a surviving learner rank's collective fails when its peer's node is lost)."""
+    from ray.exceptions import RayActorError, RayTaskError
 
-    return RayActorError
+    return RayActorError, RayTaskError
 
 
 def rollout_seed(cfg: Config, iteration: int) -> int:
@@ -452,9 +453,13 @@ class Trainer:
     def stop_on_lost_actor(self, iteration: int, err: Exception) -> None:
         """A Ray actor died (a learner rank, a rollout worker: usually its node was lost): nothing more
         can be saved, so stop with one line naming the lost node and the last complete checkpoint."""
+        from ray.exceptions import RayActorError
+
         from agentrl.ray_start import lost_node_text
 
         what = lost_node_text(err)
+        if not isinstance(err, RayActorError) and not what.startswith("lost "):
+            raise err       # a task failed on a healthy cluster: not a lost node
         latest = self.run.checkpoints / "latest"
         saved = (f"checkpoint {self.run.checkpoints / latest.read_text().strip()} is the last complete one"
                  if latest.is_file() else "no checkpoint had been written")
