@@ -101,7 +101,7 @@ def learner_threads(cfg: Config) -> int | None:
     return max(1, available_cores() // (cfg.rollout.num_workers + 1))
 
 
-def ray_actor_error() -> tuple[type[BaseException], ...]:
+def ray_failures() -> tuple[type[BaseException], ...]:
     """Ray's errors for a call to an actor whose process (or node) is gone, and for a task that failed
     (a surviving learner rank's collective fails when its peer's node is lost)."""
     from ray.exceptions import RayActorError, RayTaskError
@@ -285,7 +285,7 @@ class Trainer:
                 metrics = self.iteration(iteration, schedule, estimator_state)
             except (EnvFailureLimitError, RolloutHangError) as err:
                 self.stop_on_rollout_failure(iteration, state, estimator_state, err)
-            except ray_actor_error() as err:     # an actor's process or its whole Ray node was lost
+            except ray_failures() as err:     # an actor's process or its whole Ray node was lost
                 self.stop_on_lost_actor(iteration, err)
             self.tracker.log(metrics, iteration)
             self.tracker.status(f"iter {iteration}/{cfg.trainer.iterations} "

@@ -35,10 +35,10 @@ import time
 from typing import Any
 
 from agentrl.bench._common import cpu_name, run_report
+from agentrl.bench.envs import episode_actions
 
 HELP = ("ALFWorld at the paper's batch (16 tasks x 8): generation rate, memory per game, reset time and "
         "steps/s through 1 and 2 Ray pool workers, a sizing table for a 64-core node")
-INVALID_COMMAND = "look at the sky"
 
 
 def add_arguments(parser) -> None:
@@ -72,15 +72,6 @@ def measure_generation(n: int, workers: int, out: str) -> dict[str, Any]:
 
 
 # ----- the pool ----------------------------------------------------------------------------------
-def episode_actions(plan: list[str]) -> list[str]:
-    actions = []
-    for n, action in enumerate(plan):
-        if n % 5 == 4:
-            actions.append(INVALID_COMMAND)
-        actions.append(action)
-    return actions
-
-
 def _memory_mb(pids: list[int]) -> dict[str, float]:
     """Summed RSS and USS (private pages) of ``pids``, from ``/proc/<pid>/smaps_rollup``."""
     rss = uss = 0
