@@ -60,6 +60,7 @@ def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
     import deepspeed
     import deepspeed.ops
 
+    port_is_ours = "MASTER_PORT" not in os.environ
     info = rank_from_env()
     if dist.is_initialized():
         if dist.get_world_size() != info.world_size:
@@ -69,8 +70,21 @@ def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
         deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False
     if device.startswith("cuda"):
         torch.cuda.set_device(info.local_rank)
-    deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo", verbose=False)
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    # A port from free_port() is closed again until the store binds it, and anything starting in
+    # between (a Ray worker, another learner) may take it: a port we chose ourselves is chosen again.
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            deepspeed.init_distributed(dist_backend=backend, verbose=False)
+            return info
+        except dist.DistNetworkError as error:
+            if not (port_is_ours and "EADDRINUSE" in str(error)) or attempt == PORT_ATTEMPTS - 1:
+                raise
+            os.environ["MASTER_PORT"] = str(free_port())
     return info
+
+
+PORT_ATTEMPTS = 5
 
 
 def destroy_process_group() -> None:
