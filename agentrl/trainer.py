@@ -411,7 +411,8 @@ class Trainer:
         metrics.update({f"estimator/{k}": v for k, v in diagnostics.items()})
         metrics.update({f"learner/{k}": v for k, v in update.items()})
         metrics["learner/trained_row_fraction"] = kept
-        metrics.update(rollout_logprob_gap(batch))
+        if cfg.learner.recompute_logprobs:      # otherwise the old log-probs are the rollout's: no gap to show
+            metrics.update(rollout_logprob_gap(batch))
         metrics.update(saved)
         metrics.update(phase.metrics())
         return metrics

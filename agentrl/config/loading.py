@@ -209,7 +209,15 @@ def load_config(recipe: str | None, overrides: list[str] | None = None) -> Confi
         raise UsageError(f"cannot resolve an interpolation in the config: {err}") from None
     cfg = build_dataclass(Config, resolved)
     check_estimator(cfg.algorithm)
+    check_learner(cfg.learner)
     return cfg  # type: ignore[return-value]
+
+
+def check_learner(learner) -> None:
+    if not learner.recompute_logprobs and learner.rollout_is_cap:
+        raise UsageError("learner.rollout_is_cap weights by pi_old / pi_rollout, which is 1 when "
+                         "learner.recompute_logprobs=false takes the old log-probs from the rollout: set "
+                         "learner.rollout_is_cap=0, or learner.recompute_logprobs=true")
 
 
 def check_estimator(algorithm) -> None:

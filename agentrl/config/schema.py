@@ -230,6 +230,11 @@ class LearnerConfig:
                               "sampled token's policy-gradient term by min(pi_old / pi_rollout, cap), e.g. 2 with "
                               "bf16 vLLM; with trainer.mode one_step_off or async this is the behaviour weight of the "
                               "decoupled objective (docs/async.md); 0 disables", off_or_min=1)
+    recompute_logprobs: bool = F(True, "run the actor's forward pass for the old (proximal) log-probs before the "
+                                 "update; false = the rollout backend's log-probs of the sampled tokens are the old "
+                                 "policy (one forward pass less per trained row; right when the backend runs the "
+                                 "learner's weights in the same precision, rollout_logprob_gap near 0); with "
+                                 "one_step_off or async the proximal policy is then the behaviour policy")
     loss_agg_mode: str = F("token-mean", "how token losses are averaged",
                            choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
     kl_coef: float = F(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)

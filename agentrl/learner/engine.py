@@ -222,50 +222,58 @@ class Learner:
         ``hidden_layer`` (the estimator's ``RowInputs.hidden_layer``), ``hidden``.
 
         One forward pass of the actor per micro-batch yields both the response log-probs and the
-        hidden state at the last prompt token of that layer. With several ranks each rank is given
-        its own rows (see LearnerGroup); every rank runs as many forward passes.
+        hidden state at the last prompt token of that layer. With ``learner.recompute_logprobs=false``
+        the sampled rows' old log-probs are the rollout backend's and the actor's pass runs only over
+        the expert-guided rows (nothing sampled their tokens) unless hidden states are asked for. With
+        several ranks each rank is given its own rows (see LearnerGroup); every rank runs as many
+        forward passes.
         """
         with_hidden = hidden_layer is not None
         layer = check_hidden_index(int(hidden_layer), self.num_layers) if with_hidden else None
-        want_ref = self.cfg.learner.kl_coef > 0
+        recompute = self.cfg.learner.recompute_logprobs
+        everything = torch.arange(len(batch))
+        actor_rows = everything if recompute or with_hidden else torch.nonzero(batch.is_expert).flatten()
         self.engine.eval()
-        old, ref, hidden, order = [], [], [], []
-        if self.ref_model is not None and self.ref_offloaded:
-            self.ref_model.to(self.torch_device)
-        try:
-            for rows in self._micro_batches(sequence_lengths(batch)):
-                if len(rows) == 0:
-                    self._forward(self.engine, self._dummy_packed())
-                    if want_ref:
-                        self._reference_forward(self._dummy_packed())
-                    continue
-                order.append(rows)
-                micro = batch.select(rows)
-                packed = pack_batch(micro)
-                if with_hidden:     # a hook keeps [rows, hidden] at the last prompt tokens, not every layer
-                    with LastPromptCapture(self.engine.module, layer, self.num_layers,
-                                           packed.prompt_lengths - 1) as capture:
-                        out = self._forward(self.engine, packed)
-                    hidden.append(capture.states.float().cpu())
-                else:
-                    out = self._forward(self.engine, packed)
-                old.append(self._response_logprobs(self._scaled(out.logits), packed, micro.response_ids).cpu())
-                del out
-                if want_ref:
-                    ref_logits = self._reference_forward(packed)
-                    ref.append(self._response_logprobs(self._scaled(ref_logits), packed, micro.response_ids).cpu())
-        finally:
-            if self.ref_model is not None and self.ref_offloaded:
-                self.ref_model.to("cpu")
-        width = batch.response_ids.shape[1]
-        # the micro-batches ran in length order: put each result back on its row
-        back = torch.argsort(torch.cat(order)) if order else torch.zeros(0, dtype=torch.int64)
-        columns: dict[str, Any] = {"old_logprobs": torch.cat(old)[back] if old else torch.zeros(0, width)}
-        if want_ref:
-            columns["ref_logprobs"] = torch.cat(ref)[back] if ref else torch.zeros(0, width)
+        columns: dict[str, Any] = {}
+        old, hidden = self._logprob_pass(batch, actor_rows, self.engine, layer)
+        columns["old_logprobs"] = (old if recompute
+                                   else sampled_logprobs(batch.with_columns(old_logprobs=old)).clone())
         if with_hidden:
-            columns["hidden"] = torch.cat(hidden)[back] if hidden else torch.zeros(0, self.hf_config.hidden_size)
+            columns["hidden"] = hidden
+        if self.cfg.learner.kl_coef > 0:
+            if self.ref_model is not None and self.ref_offloaded:
+                self.ref_model.to(self.torch_device)
+            try:
+                columns["ref_logprobs"], _ = self._logprob_pass(batch, everything, None, None)
+            finally:
+                if self.ref_model is not None and self.ref_offloaded:
+                    self.ref_model.to("cpu")
         return batch.with_columns(**columns)
+
+    def _logprob_pass(self, batch: StepBatch, rows: torch.Tensor, model, layer: Optional[int]
+                      ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Response log-probs [len(batch), R] of ``model`` (None = the reference) on ``rows`` (0 on the
+        others) and, with a ``layer``, hidden states [len(batch), H] at the last prompt tokens."""
+        logprobs = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
+        hidden = torch.zeros(len(batch), self.hf_config.hidden_size) if layer is not None else None
+        forward = self._reference_forward if model is None else (lambda packed: self._forward(model, packed).logits)
+        for chunk in self._micro_batches(sequence_lengths(batch)[rows]):
+            if len(chunk) == 0:         # another rank has more micro-batches: a collective per forward
+                forward(self._dummy_packed())
+                continue
+            chunk = rows[chunk]
+            micro = batch.select(chunk)
+            packed = pack_batch(micro)
+            if layer is not None:       # a hook keeps [rows, hidden] at the last prompt tokens, not every layer
+                with LastPromptCapture(self.engine.module, layer, self.num_layers,
+                                       packed.prompt_lengths - 1) as capture:
+                    logits = forward(packed)
+                hidden[chunk] = capture.states.float().cpu()
+            else:
+                logits = forward(packed)
+            logprobs[chunk] = self._response_logprobs(self._scaled(logits), packed, micro.response_ids).cpu()
+            del logits
+        return logprobs, hidden
 
     def _reference_forward(self, packed: PackedSequences) -> torch.Tensor:
         if self.lora:

@@ -159,6 +159,44 @@ def test_hidden_only_when_asked_and_layer_checked(zero2):
         zero2.compute_logprobs(batch, hidden_layer=-8)
 
 
+def test_without_recompute_the_sampled_rows_keep_the_rollouts_log_probs(model_dir, zero2, hf_model):
+    """learner.recompute_logprobs=false: the actor runs only over the expert-guided rows (their
+    tokens were not sampled); the reference pass still covers every row."""
+    learner = make_learner(model_dir, recompute_logprobs=False)
+    batch = step_batch(6, seed=6)
+    is_expert = torch.tensor([False, True, False, False, True, False])
+    rollout = torch.randn(batch.response_ids.shape, generator=torch.Generator().manual_seed(0)) - 3
+    batch = batch.with_columns(is_expert=is_expert, rollout_logprobs=rollout.masked_fill(is_expert.unsqueeze(1), 0.0))
+    actor_rows = []
+    forward = learner._forward
+    learner._forward = lambda model, packed: (actor_rows.append(len(packed.prompt_lengths))
+                                              if model is learner.engine else None) or forward(model, packed)
+    try:
+        filled = learner.compute_logprobs(batch)
+    finally:
+        learner._forward = forward
+    assert sum(actor_rows) == 2                       # the two expert rows, nothing else
+    recomputed = zero2.compute_logprobs(batch)
+    trained = batch.response_mask > 0
+    assert torch.equal(filled.old_logprobs[~is_expert], batch.rollout_logprobs[~is_expert])
+    assert torch.allclose(filled.old_logprobs[is_expert][trained[is_expert]],
+                          recomputed.old_logprobs[is_expert][trained[is_expert]], atol=1e-6)
+    assert torch.allclose(filled.ref_logprobs[trained], recomputed.ref_logprobs[trained], atol=1e-6)
+    # hidden states need the actor's pass over every row; the old log-probs stay the rollout's
+    with_hidden = learner.compute_logprobs(batch, hidden_layer=HIDDEN_LAYER)
+    assert torch.equal(with_hidden.old_logprobs, filled.old_logprobs)
+    assert torch.allclose(with_hidden.hidden, reference_pass(hf_model, batch)[1], atol=1e-5)
+
+
+def test_recompute_off_refuses_a_rollout_is_cap():
+    from agentrl.config.loading import load_config
+    from agentrl.errors import UsageError
+
+    assert not load_config(None, ["learner.recompute_logprobs=false"]).learner.recompute_logprobs
+    with pytest.raises(UsageError, match="learner.rollout_is_cap=0, or learner.recompute_logprobs=true"):
+        load_config(None, ["learner.recompute_logprobs=false", "learner.rollout_is_cap=2"])
+
+
 # ----------------------------------------------------------------------------------------- update
 def test_zero2_and_zero3_give_the_same_first_update(zero2, zero3):
     batch = step_batch(6, seed=4)
