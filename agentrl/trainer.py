@@ -314,6 +314,7 @@ class Trainer:
         self.stream = RolloutStream(self.rollout, schedule.tasks_for, lambda call: rollout_seed(cfg, call),
                                     cfg.env.group_size, cfg.env.tasks_per_iteration,
                                     expert_guidance=cfg.rollout.expert_guidance, next_call=done + 1)
+        self.lend_idle_cores()
         saved = self.run.checkpoint_dir(done) / "rollout_buffer"
         if done > 0 and saved.is_dir():
             groups = self.stream.restore(saved)
@@ -321,6 +322,19 @@ class Trainer:
                               "async/calls_resubmitted": float(self.stream.resubmitted)}, done)
             self.tracker.status(f"restored {groups} buffered groups; {self.stream.resubmitted} rollout calls that "
                                 "were in flight run again")
+
+    def lend_idle_cores(self) -> None:
+        """one_step_off/async on CPU, the learner in this process, ``learner.torch_threads=0``: the
+        learner runs on its share of the cores while a rollout call runs and on every core while
+        none does (switched before each micro-batch)."""
+        from agentrl.rollout.workers import available_cores
+
+        local = self.learner.local
+        if self.cfg.learner.torch_threads or local is None or self.learner_device() != "cpu":
+            return
+        share, every = learner_threads(self.cfg), available_cores()
+        if every > share:
+            local.threads_now = lambda: share if self.stream.running() else every
 
     def max_staleness(self) -> int:
         return 1 if self.cfg.trainer.mode == "one_step_off" else self.cfg.trainer.max_staleness

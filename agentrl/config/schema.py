@@ -214,8 +214,9 @@ class LearnerConfig:
     cpu_shm_comm: bool = F(False, "on CPU, let DeepSpeed JIT-build its shared-memory all-reduce (about 40 s "
                            "the first time); off = plain gloo collectives")
     torch_threads: int = F(0, "CPU threads of a learner rank that runs in the trainer's process (learner.num_ranks=1, "
-                           "on CPU); 0 = torch's default (every core) with trainer.mode=sync, one share of the cores "
-                           "(rollout.num_workers + 1 shares) with one_step_off or async", min=0)
+                           "on CPU); 0 = torch's default (every core) with trainer.mode=sync; with one_step_off or async "
+                           "one share of the cores (rollout.num_workers + 1 shares) while a rollout call runs and "
+                           "every core while none does", min=0)
     lr: float = F(1e-6, "actor learning rate", gt=0)
     weight_decay: float = F(0.0, "AdamW weight decay", min=0)
     warmup_steps: int = F(0, "linear learning-rate warmup (optimizer steps)", min=0)

@@ -16,7 +16,7 @@ import time
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -166,6 +166,9 @@ class Learner:
         self.logit_temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
         self.update_calls = 0
         self.optimizer_steps = 0
+        # CPU threads to use for the next micro-batch, asked before each one (None: leave them); the
+        # trainer of an overlapped mode lends the rollout's cores to the learner while they are idle
+        self.threads_now: Optional[Callable[[], int]] = None
         self.init_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------------------- properties
@@ -202,6 +205,12 @@ class Learner:
         rows = torch.arange(logits.shape[0], device=logits.device).unsqueeze(1)
         token_logits = logits[rows, pos, response_ids.to(logits.device)]
         return torch.where(valid, token_logits - logsumexp, torch.zeros_like(logsumexp))
+
+    def _set_threads(self) -> None:
+        if self.threads_now is not None:
+            threads = self.threads_now()
+            if threads != torch.get_num_threads():
+                torch.set_num_threads(threads)
 
     def _dummy_packed(self) -> PackedSequences:
         one = torch.zeros(1, 1, dtype=torch.int64)
@@ -258,6 +267,7 @@ class Learner:
         hidden = torch.zeros(len(batch), self.hf_config.hidden_size) if layer is not None else None
         forward = self._reference_forward if model is None else (lambda packed: self._forward(model, packed).logits)
         for chunk in self._micro_batches(sequence_lengths(batch)[rows]):
+            self._set_threads()
             if len(chunk) == 0:         # another rank has more micro-batches: a collective per forward
                 forward(self._dummy_packed())
                 continue
@@ -325,6 +335,7 @@ class Learner:
             ratio_max, ratio_min = -math.inf, math.inf
             lr = self.scheduler.get_last_lr()[0]
             for k, rows in enumerate(micro_rows):
+                self._set_threads()
                 self.engine.set_gradient_accumulation_boundary(k == len(micro_rows) - 1)
                 out, seq_tokens = self._micro_step(batch, rows, settings, denominator) if len(rows) else (None, 0)
                 tokens += seq_tokens

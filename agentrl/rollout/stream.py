@@ -231,6 +231,10 @@ class RolloutStream:
         self.buffer.add(spec.call_id, result)
         return True
 
+    def running(self) -> bool:
+        """Whether a rollout call is still running (or queued) on the workers."""
+        return any(not pending.done() for _, pending in self.in_flight)
+
     def collect_done(self) -> None:
         while self.collect(wait=False):
             pass

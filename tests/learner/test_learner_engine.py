@@ -188,6 +188,29 @@ def test_without_recompute_the_sampled_rows_keep_the_rollouts_log_probs(model_di
     assert torch.allclose(with_hidden.hidden, reference_pass(hf_model, batch)[1], atol=1e-5)
 
 
+def test_the_thread_count_is_asked_before_each_micro_batch(model_dir):
+    """trainer.mode one_step_off/async lend the rollout's idle cores to the learner: it asks for its
+    thread count before every forward (and forward/backward) of a micro-batch."""
+    learner = make_learner(model_dir, micro_batch_size=2, kl_coef=0.0)
+    before = torch.get_num_threads()
+    plan = iter([1, 2] * 10)
+    seen = []
+
+    def threads_now() -> int:
+        seen.append(torch.get_num_threads())
+        return next(plan)
+
+    learner.threads_now = threads_now
+    try:
+        batch = learner.compute_logprobs(step_batch(6, seed=7))     # 3 micro-batches
+        assert len(seen) == 3 and seen[1:] == [1, 2]                # each call's answer was applied
+        learner.update(batch)                                       # 1 mini-batch of 3 micro-batches
+        assert len(seen) == 6 and seen[3:] == [1, 2, 1] and torch.get_num_threads() == 2
+    finally:
+        learner.threads_now = None
+        torch.set_num_threads(before)
+
+
 def test_recompute_off_refuses_a_rollout_is_cap():
     from agentrl.config.loading import load_config
     from agentrl.errors import UsageError

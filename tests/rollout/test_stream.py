@@ -100,8 +100,10 @@ def test_stream_numbers_calls_like_iterations_and_resubmits_calls_in_flight(ray_
 
     with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=1, worker_num_cpus=0.5, env_num_cpus=0.5) as group:
         stream = RolloutStream(group, tasks_of, lambda call: 100 + call, group_size=2, tasks_per_call=2)
+        assert not stream.running()
         stream.submit_until(3, groups_needed=4)       # two calls cover the 4 groups still needed
         assert [spec.call_id for spec, _ in stream.in_flight] == [1, 2] and stream.next_call == 3
+        assert stream.running()                       # the learner lends the rollout's cores only when not
         taken = stream.next_batch(version=0, max_staleness=1)
         assert sorted(set(taken.result.batch.group_id.tolist())) == [0, 1]
         assert [e.task for e in taken.result.episodes] == [TaskRef("depth2", 2)] * 2 + [TaskRef("depth2", 3)] * 2
@@ -126,6 +128,7 @@ def test_stream_numbers_calls_like_iterations_and_resubmits_calls_in_flight(ray_
         # call submitted on the spot (nothing else is in flight), which runs on the newest weights
         again.submit_until(4, groups_needed=2)
         again.wait_for_all()
+        assert not again.running()
         group.load_weights(build_tiny_model(TINY, tiny_tokenizer, seed=0).state_dict(), version=3)
         third = again.next_batch(version=3, max_staleness=1)
         assert third.dropped == 2 and third.dropped_total == 2 and again.next_call == 6
