@@ -2,6 +2,8 @@
 and the report gives env steps/s, iterations/hour and the ratio to sync."""
 
 import json
+import os
+import socket
 import subprocess
 import sys
 
@@ -15,9 +17,17 @@ TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.inte
 
 
 def test_bench_modes_reports_each_mode_side_by_side(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "modes", "--json", "--iterations", "3",
-                           "--warmup", "1", "--modes", "sync,async+learner.torch_threads=1", "--scratch", str(tmp_path), *TINY],
-                          capture_output=True, text=True, timeout=900)
+    # started from a process whose learner holds its rendezvous port (as pytest's own does after an
+    # in-process learner test): the runs must not inherit it
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(held.getsockname()[1]), "RANK": "0",
+           "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    with held:
+        done = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "modes", "--json", "--iterations", "3",
+                               "--warmup", "1", "--modes", "sync,async+learner.torch_threads=1", "--scratch", str(tmp_path),
+                               *TINY], capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["meta"]["recipe"] == "textcraft_grpo_tiny" and report["meta"]["overrides"] == TINY

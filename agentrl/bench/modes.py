@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from agentrl.bench._common import cpu_name, run_report
+from agentrl.child_env import child_environment
 from agentrl.errors import UsageError
 
 HELP = "trainer.mode sync vs one_step_off vs async: env steps/s and iterations/hour of one recipe, side by side"
@@ -54,8 +55,8 @@ def run_mode(recipe: str, mode: str, iterations: int, scratch: Path, name: str, 
             "trainer.save_every=0", f"trainer.output_dir={scratch / 'runs'}", f"trainer.run_name={name}",
             f"trainer.sft.cache_dir={scratch / 'sft_cache'}", "logging.wandb.mode=disabled",
             "logging.tensorboard=false", "logging.progress_bar=false", *overrides]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    done = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # a run of its own: not the rendezvous of this process (or of a test process that holds its port)
+    done = subprocess.run(args, env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"agentrl train (trainer.mode={mode}) failed:\n{done.stdout[-3000:]}")
     return scratch / "runs" / name

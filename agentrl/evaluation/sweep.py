@@ -45,15 +45,12 @@ from typing import Any, Callable
 
 import yaml
 
+from agentrl.child_env import child_environment
 from agentrl.errors import UsageError
 from agentrl.evaluation.episodes import write_json_atomically
 
 STATES = ("pending", "running", "done", "failed")
 ERROR_TAIL_LINES = 30
-# a cell is a run of its own: it must not join the rendezvous of the process that started the sweep
-# (a Slurm or torchrun job's MASTER_PORT, or the port an in-process learner took), else every cell's
-# learner binds the same port and all but one fail with EADDRINUSE
-RENDEZVOUS_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass
@@ -218,7 +215,7 @@ def cell_environment(base: dict[str, str] | os._Environ, spec_env: dict[str, str
                      ) -> dict[str, str]:
     """The environment of one cell's ``agentrl train``: the sweep's, less any inherited rendezvous,
     plus the spec's ``env`` and the cell's GPUs."""
-    env = {k: v for k, v in base.items() if k not in RENDEZVOUS_VARIABLES}
+    env = child_environment(base)       # every cell is a run of its own: no inherited rendezvous
     env.update(spec_env)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     if gpus is not None:
