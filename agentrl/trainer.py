@@ -91,7 +91,8 @@ def check_overlap_layout(cfg: Config, weight_sync: str) -> None:
 
 def learner_threads(cfg: Config) -> int | None:
     """CPU threads of a one-rank learner in this process (``learner.torch_threads``): None leaves
-    torch's default; with one_step_off/async the cores are shared with the rollout workers."""
+    torch's default; with one_step_off/async the cores are shared with the rollout workers (this is
+    the learner's share; :meth:`Trainer.lend_idle_cores` gives it every core while they are idle)."""
     from agentrl.rollout.workers import available_cores
 
     if cfg.learner.torch_threads:
