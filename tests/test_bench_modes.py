@@ -24,6 +24,10 @@ def test_bench_modes_reports_each_mode_side_by_side(tmp_path):
     held.listen()
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(held.getsockname()[1]), "RANK": "0",
            "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    # an earlier bench's run of the same name in this scratch directory is neither resumed nor touched
+    earlier = tmp_path / "runs" / "sync-0-0"
+    earlier.mkdir(parents=True)
+    (earlier / "metrics.jsonl").write_text("{}\n")
     with held:
         done = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "modes", "--json", "--iterations", "3",
                                "--warmup", "1", "--modes", "sync,async+learner.torch_threads=1", "--scratch", str(tmp_path),
@@ -40,7 +44,8 @@ def test_bench_modes_reports_each_mode_side_by_side(tmp_path):
     # the last sync); it never exceeds trainer.max_staleness (2)
     assert sync["staleness_mean"] == 0.0 and 0.0 <= overlapped["staleness_mean"] <= 2.0
     # each mode ran in its own run directory from the one SFT-free start
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["async-1-0", "sync-0-0"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["async-1-0", "sync-0-0", "sync-0-0-2"]
+    assert (earlier / "metrics.jsonl").read_text() == "{}\n"
     config = (tmp_path / "runs" / "async-1-0" / "config.yaml").read_text()
     assert "mode: async" in config and "torch_threads: 1" in config
 

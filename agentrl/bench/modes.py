@@ -62,6 +62,16 @@ def run_mode(recipe: str, mode: str, iterations: int, scratch: Path, name: str, 
     return scratch / "runs" / name
 
 
+def unused_run_name(runs: Path, name: str) -> str:
+    """``name``, or ``name-2``, ``name-3``, ... when an earlier bench in the same ``--scratch`` left a
+    run of that name: ``agentrl train`` would resume that run instead of timing a new one."""
+    candidate, n = name, 1
+    while (runs / candidate).exists():
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate
+
+
 def throughput(run_dir: Path, warmup: int) -> dict[str, float]:
     from agentrl.tracking import read_metrics
 
@@ -95,8 +105,8 @@ def measure(args) -> dict:
     for round_ in range(args.rounds):
         for i, spec in enumerate(modes):
             mode, *own = spec.split("+")
-            run_dir = run_mode(args.recipe, mode, args.iterations, scratch, f"{mode}-{i}-{round_}",
-                               list(args.overrides) + own)
+            run_dir = run_mode(args.recipe, mode, args.iterations, scratch,
+                               unused_run_name(scratch / "runs", f"{mode}-{i}-{round_}"), list(args.overrides) + own)
             runs[spec].append(throughput(run_dir, args.warmup))
     results = {}
     for spec, rounds in runs.items():
