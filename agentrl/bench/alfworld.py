@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 from agentrl.bench._common import cpu_name, run_report
-from agentrl.bench.envs import episode_actions
+from agentrl.bench.envs import play_expert_plans
 
 HELP = ("ALFWorld at the paper's batch (16 tasks x 8): generation rate, memory per game, reset time and "
         "steps/s through 1 and 2 Ray pool workers, a sizing table for a 64-core node")
@@ -119,22 +119,14 @@ def measure_pool(data_dir: str, split: str, tasks: int, group: int, shards: int,
             bad = [x.error for x in resets if not x.ok]
             if bad:
                 raise RuntimeError(f"reset failed: {bad[0]}")
-            plans = {i: episode_actions(p) for i, p in zip(ids, client.expert_actions(ids))}
-            live = set(ids)
-            for k in range(max(len(p) for p in plans.values())):
-                batch = [(i, plans[i][k]) for i in ids if i in live and k < len(plans[i])]
-                if not batch:
-                    break
-                t = time.perf_counter()
-                results = client.step(batch)
-                step_s += time.perf_counter() - t
+            for results, seconds in play_expert_plans(client, ids):
+                step_s += seconds
                 batches += 1
                 for res in results:
                     steps += 1
                     if not res.ok:
                         raise RuntimeError(f"step failed: {res.error}")
                     if res.terminated or res.truncated:
-                        live.discard(res.instance_id)
                         won += bool(res.info.get("won"))
         loaded = _memory_mb(pids)
     finally:

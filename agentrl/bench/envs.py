@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from agentrl.envs import ENV_NAMES, TaskRef, make_env
 
@@ -67,6 +67,21 @@ def bench_in_process(env_name: str, split: str, seconds: float, tasks: int) -> d
     return {"steps": steps, "resets": resets, "seconds": elapsed, "steps_per_s": steps / elapsed}
 
 
+def play_expert_plans(client, ids: list[int]) -> Iterator[tuple[list, float]]:
+    """The instances ``ids`` of ``client`` (just reset) play their experts' plans in batched steps;
+    yields each batch's step results and seconds. An instance leaves once its episode ends."""
+    plans = {i: episode_actions(p) for i, p in zip(ids, client.expert_actions(ids))}
+    live = set(ids)
+    for k in range(max(len(p) for p in plans.values())):
+        batch = [(i, plans[i][k]) for i in ids if i in live and k < len(plans[i])]
+        if not batch:
+            break
+        t = time.perf_counter()
+        results = client.step(batch)
+        yield results, time.perf_counter() - t
+        live.difference_update(r.instance_id for r in results if r.terminated or r.truncated)
+
+
 def bench_client(client, split: str, seconds: float, tasks: int) -> dict[str, Any]:
     """Batched rollouts over all instances of ``client``: reset all, step the live ones, repeat."""
     size = min(tasks, client.split_sizes[split])
@@ -79,16 +94,8 @@ def bench_client(client, split: str, seconds: float, tasks: int) -> dict[str, An
     while time.perf_counter() - start < seconds:
         client.reset([(i, TaskRef(split, (resets + i) % size)) for i in ids])
         resets += len(ids)
-        plans = {i: episode_actions(p) for i, p in zip(ids, client.expert_actions(ids))}
-        live = set(ids)
-        for k in range(max(len(p) for p in plans.values())):
-            batch = [(i, plans[i][k]) for i in ids if i in live and k < len(plans[i])]
-            if not batch:
-                break
-            for result in client.step(batch):
-                steps += 1
-                if result.terminated or result.truncated:
-                    live.discard(result.instance_id)
+        for results, _ in play_expert_plans(client, ids):
+            steps += len(results)
     elapsed = time.perf_counter() - start
     return {"steps": steps, "resets": resets, "seconds": elapsed, "steps_per_s": steps / elapsed}
 

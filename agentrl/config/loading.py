@@ -214,6 +214,7 @@ def load_config(recipe: str | None, overrides: list[str] | None = None) -> Confi
 
 
 def check_learner(learner) -> None:
+    """``learner.*`` settings that contradict each other."""
     if not learner.recompute_logprobs and learner.rollout_is_cap:
         raise UsageError("learner.rollout_is_cap weights by pi_old / pi_rollout, which is 1 when "
                          "learner.recompute_logprobs=false takes the old log-probs from the rollout: set "

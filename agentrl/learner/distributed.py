@@ -76,7 +76,7 @@ def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
     for attempt in range(PORT_ATTEMPTS):
         try:
             deepspeed.init_distributed(dist_backend=backend, verbose=False)
-            return info
+            break
         except dist.DistNetworkError as error:
             if not (port_is_ours and "EADDRINUSE" in str(error)) or attempt == PORT_ATTEMPTS - 1:
                 raise

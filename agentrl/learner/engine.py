@@ -245,8 +245,8 @@ class Learner:
         self.engine.eval()
         columns: dict[str, Any] = {}
         old, hidden = self._logprob_pass(batch, actor_rows, self.engine, layer)
-        columns["old_logprobs"] = (old if recompute
-                                   else sampled_logprobs(batch.with_columns(old_logprobs=old)).clone())
+        # without recompute only the expert rows' values came from the actor; the rest are the rollout's
+        columns["old_logprobs"] = old if recompute else sampled_logprobs(batch.with_columns(old_logprobs=old))
         if with_hidden:
             columns["hidden"] = hidden
         if self.cfg.learner.kl_coef > 0:

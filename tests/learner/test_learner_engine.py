@@ -169,8 +169,13 @@ def test_without_recompute_the_sampled_rows_keep_the_rollouts_log_probs(model_di
     batch = batch.with_columns(is_expert=is_expert, rollout_logprobs=rollout.masked_fill(is_expert.unsqueeze(1), 0.0))
     actor_rows = []
     forward = learner._forward
-    learner._forward = lambda model, packed: (actor_rows.append(len(packed.prompt_lengths))
-                                              if model is learner.engine else None) or forward(model, packed)
+
+    def counting_forward(model, packed):
+        if model is learner.engine:
+            actor_rows.append(len(packed.prompt_lengths))
+        return forward(model, packed)
+
+    learner._forward = counting_forward
     try:
         filled = learner.compute_logprobs(batch)
     finally:
