@@ -175,7 +175,7 @@ def test_two_raylets_place_the_roles_survive_nothing_silently_and_resume(tmp_pat
         errors = [line for line in out.splitlines() if line.startswith("agentrl: error:")]
         assert len(errors) == 1, out[-3000:]
         assert re.search(r"training stopped in iteration \d: lost Ray node \w+ \([\d.]+, resources node_b\): its "
-                         r"actors died \(\w+\); checkpoint .*iter_\d+ is the last complete one", errors[0]), errors[0]
+                         r"actors died \([\w()]+\); checkpoint .*iter_\d+ is the last complete one", errors[0]), errors[0]
         saved = latest.read_text().strip()
         assert (tmp_path / "lost" / "run" / "checkpoints" / saved / "trainer_state.json").is_file()
 
