@@ -18,10 +18,13 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 
-def wait_until_rolling_out(worker, timeout_s: float = 60.0) -> None:
+def wait_until_generating(worker, timeout_s: float = 60.0) -> None:
+    """Until the rollout call has passed its first step boundary (it generates step 0 or later), so
+    that weights sent now are loaded at a later boundary: ``rolling_out`` alone is true before the
+    first boundary, where staged weights would be loaded for every step (a loaded machine saw that)."""
     deadline = time.time() + timeout_s
-    while not ray.get(worker.status.options(concurrency_group=WEIGHTS_GROUP).remote())["rolling_out"]:
-        assert time.time() < deadline, "the rollout call never started"
+    while not ray.get(worker.status.options(concurrency_group=WEIGHTS_GROUP).remote())["doing"].startswith("generating"):
+        assert time.time() < deadline, "the rollout call never reached its first generate"
         time.sleep(0.01)
 
 
@@ -33,7 +36,7 @@ def test_weights_arriving_during_a_rollout_are_loaded_between_env_steps(ray_clus
     second = build_tiny_model(TINY, tiny_tokenizer, seed=11).eval()
     with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=1, worker_num_cpus=0.5, env_num_cpus=0.5) as group:
         pending = group.submit([TaskRef("depth2", 3)], group_size=2, seed=1, first_group_id=4)
-        wait_until_rolling_out(group.workers[0])
+        wait_until_generating(group.workers[0])
         group.load_weights(second.state_dict(), version=5)     # returns once staged, not after the rollout
         assert not pending.done(), "the rollout call ended before the weights arrived; make it longer"
         result = pending.result()
