@@ -243,10 +243,11 @@ class Trainer:
             self.weight_sync = weight_sync_path(cfg, device, None, [])
         check_overlap_layout(cfg, self.weight_sync)
         if self.weight_sync == "broadcast":     # the learner's rank 0 and the workers form one group, once
-            host, port = self.learner.weight_broadcast_address()
+            members = self.rollout.num_workers + 1
+            host, port = self.learner.weight_broadcast_address(members)
             self.broadcast_layout = self.learner.weight_broadcast_layout()
             joining = self.rollout.join_weight_broadcast(host, port)
-            self.learner.join_weight_broadcast(host, port, self.rollout.num_workers + 1)
+            self.learner.join_weight_broadcast(host, port, members)
             self.rollout.wait(joining)
         if self.cfg.logging.save_batches:
             from agentrl.models import load_tokenizer

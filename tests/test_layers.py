@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 # lowest first; a module may import its own layer and the ones below
 LAYERS = [
     {"__init__", "errors", "denormals", "data"},
-    {"envs", "models", "estimators", "tracking", "ray_start", "child_env"},
+    {"envs", "models", "estimators", "tracking", "ray_start", "child_env", "rendezvous"},
     {"config", "rollout", "task_schedule", "run_state"},
     {"learner", "warmstart"},
     {"trainer", "evaluation", "bench"},

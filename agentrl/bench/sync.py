@@ -77,7 +77,7 @@ def _measure(args) -> dict:
     from agentrl.config import load_config
     from agentrl.models import load_model
     from agentrl.ray_start import init_local_ray
-    from agentrl.learner.distributed import free_port
+    from agentrl.rendezvous import reserve_store
     from agentrl.rollout.weight_transfer import WeightBroadcast, broadcast_layout, ipc_handles, pack_weights
     from agentrl.rollout.workers import RolloutWorkerGroup
 
@@ -104,7 +104,7 @@ def _measure(args) -> dict:
                                    num_gpus_per_worker=share)
         receiver = ray.remote(_DictReceiver).options(num_cpus=0.5, num_gpus=share).remote(model_dir, args.device,
                                                                                           args.dtype)
-        port = free_port()
+        port = reserve_store(args.workers + 1)
         joining = group.join_weight_broadcast("127.0.0.1", port)
         sender = WeightBroadcast("127.0.0.1", port, 0, args.workers + 1, "cuda" if gpu else "cpu")
         group.wait(joining)

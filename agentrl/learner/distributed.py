@@ -4,6 +4,9 @@ Every rank reads its place from the usual variables (``RANK``, ``WORLD_SIZE``, `
 ``MASTER_ADDR``, ``MASTER_PORT``); a single process without them is rank 0 of 1 on a free local
 port. The backend is gloo on CPU and NCCL on GPU.
 
+Rank 0's rendezvous store is bound when its port is chosen and held until the group is built
+(:mod:`agentrl.rendezvous`); a port the user sets is used as it is.
+
 DeepSpeed's CPU accelerator builds a shared-memory all-reduce extension (``deepspeed_shm_comm``)
 with a C++ JIT compile the first time a process group is created (about 40 s on a fresh machine).
 The learner's collectives are few and small, so by default that extension is switched off and
@@ -14,11 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
+
+from agentrl.rendezvous import reserve_store, store_at
 
 SHM_COMM_OP = "deepspeed_shm_comm"
 
@@ -34,20 +38,21 @@ class RankInfo:
         return self.rank == 0
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_chosen_ports: set[int] = set()     # MASTER_PORTs this process chose (not the user's)
 
 
 def rank_from_env() -> RankInfo:
-    """This process's rank; fills in single-process defaults for the variables that are missing."""
+    """This process's rank; fills in single-process defaults for the variables that are missing
+    (``MASTER_PORT``: a store reserved now)."""
     if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
         os.environ.setdefault("RANK", "0")
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("LOCAL_RANK", "0")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        if "MASTER_PORT" not in os.environ or int(os.environ["MASTER_PORT"]) in _chosen_ports:
+            port = reserve_store(1)     # also for a later learner in this process: the old store is gone
+            _chosen_ports.add(port)
+            os.environ["MASTER_PORT"] = str(port)
     missing = [k for k in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise RuntimeError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} not set: "
@@ -60,7 +65,6 @@ def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
     import deepspeed
     import deepspeed.ops
 
-    port_is_ours = "MASTER_PORT" not in os.environ
     info = rank_from_env()
     if dist.is_initialized():
         if dist.get_world_size() != info.world_size:
@@ -71,20 +75,16 @@ def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
     if device.startswith("cuda"):
         torch.cuda.set_device(info.local_rank)
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    # A port from free_port() is closed again until the store binds it, and anything starting in
-    # between (a Ray worker, another learner) may take it: a port we chose ourselves is chosen again.
-    for attempt in range(PORT_ATTEMPTS):
-        try:
-            deepspeed.init_distributed(dist_backend=backend, verbose=False)
-            break
-        except dist.DistNetworkError as error:
-            if not (port_is_ours and "EADDRINUSE" in str(error)) or attempt == PORT_ATTEMPTS - 1:
-                raise
-            os.environ["MASTER_PORT"] = str(free_port())
+    # torch's group over our store (rank 0's may be held since its port was chosen); DeepSpeed then
+    # wraps the existing group
+    from deepspeed.constants import default_pg_timeout
+
+    store = store_at(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
+                     info.rank == 0, default_pg_timeout)
+    dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.world_size,
+                            timeout=default_pg_timeout)
+    deepspeed.init_distributed(dist_backend=backend, verbose=False)
     return info
-
-
-PORT_ATTEMPTS = 5
 
 
 def destroy_process_group() -> None:

@@ -26,7 +26,7 @@ from agentrl.config.schema import Config
 from agentrl.data import StepBatch
 from agentrl.estimators.base import LossOptions
 from agentrl.denormals import denormals_flushed, flush_denormals
-from agentrl.learner.distributed import free_port
+from agentrl.rendezvous import reserve_store
 from agentrl.learner.engine import Learner, resolve_device
 from agentrl.ray_start import init_local_ray, placed
 from agentrl.rollout.weight_transfer import PackedWeights
@@ -43,10 +43,11 @@ class LearnerRank:
         flush_denormals()    # before torch starts this process's threads
         self.learner: Optional[Learner] = None
 
-    def node_address(self) -> tuple[str, int]:
+    def serve_store(self, world_size: int) -> tuple[str, int]:
+        """This node's address and the port of a rendezvous store this rank serves, bound now."""
         import ray
 
-        return ray.util.get_node_ip_address(), free_port()
+        return ray.util.get_node_ip_address(), reserve_store(world_size)
 
     def start(self, cfg: Config, model_path: str, tokenizer_path: Optional[str], env: dict[str, str]) -> float:
         os.environ.update(env)
@@ -87,7 +88,7 @@ class LearnerGroup:
         self.actors = [remote_rank.options(num_cpus=1, num_gpus=1 if gpu else 0,
                                            resources=placed(cfg.placement.learner, r)).remote({**base_env, "RANK": str(r)})
                        for r in range(self.num_ranks)]
-        address, port = ray.get(self.actors[0].node_address.remote())
+        address, port = ray.get(self.actors[0].serve_store.remote(self.num_ranks))
         envs = [{**base_env, "RANK": str(r), "MASTER_ADDR": address, "MASTER_PORT": str(port),
                  # each actor sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES), so it is device 0
                  "LOCAL_RANK": "0" if gpu else str(r)} for r in range(self.num_ranks)]
@@ -130,16 +131,17 @@ class LearnerGroup:
             raise RuntimeError("CUDA IPC weight sync needs one learner rank in this process")
         return self.local.ipc_weights_for_rollout()
 
-    def weight_broadcast_address(self) -> tuple[str, int]:
-        """Where rank 0 serves the weight-broadcast group: its node's address and a free port there."""
+    def weight_broadcast_address(self, world_size: int) -> tuple[str, int]:
+        """Where rank 0 serves the weight-broadcast group of ``world_size`` members: its node's
+        address and the port of the group's store, bound now in rank 0's process."""
         if self.local is not None:
             import ray
 
             host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
-            return host, free_port()
+            return host, reserve_store(world_size)
         import ray
 
-        return ray.get(self.actors[0].node_address.remote())
+        return ray.get(self.actors[0].serve_store.remote(world_size))
 
     def weight_broadcast_layout(self):
         if self.local is not None:

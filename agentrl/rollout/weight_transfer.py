@@ -204,7 +204,8 @@ def broadcast_layout(named_tensors: Iterable[tuple[str, torch.Tensor]],
 class WeightBroadcast:
     """One process group between the learner's rank 0 (rank 0) and the rollout workers (ranks 1..W).
 
-    Built with its own ``TCPStore`` at ``host:port`` (rank 0 serves it), so it lives beside the
+    Built with its own ``TCPStore`` at ``host:port`` (rank 0 serves it: the one
+    :func:`agentrl.rendezvous.reserve_store` bound in its process, if any), so it lives beside the
     learner's training group; every member must construct it at about the same time (each waits
     for the others up to ``timeout_s``). NCCL when ``device`` is ``cuda``, gloo otherwise.
     """
@@ -214,9 +215,11 @@ class WeightBroadcast:
 
         import torch.distributed as dist
 
+        from agentrl.rendezvous import store_at
+
         self.rank, self.world_size = rank, world_size
         self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
-        store = dist.TCPStore(host, int(port), world_size, rank == 0, timeout=datetime.timedelta(seconds=timeout_s))
+        store = store_at(host, port, world_size, rank == 0, datetime.timedelta(seconds=timeout_s))
         self.group = (dist.ProcessGroupNCCL(store, rank, world_size) if device == "cuda" else
                       dist.ProcessGroupGloo(store, rank, world_size))
         self._options = dist.BroadcastOptions()

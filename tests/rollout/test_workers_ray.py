@@ -106,11 +106,11 @@ def test_weights_broadcast_from_rank_zero_to_every_worker(ray_cluster, tiny_mode
     """rollout.weight_sync=broadcast: this process plays the learner's rank 0 of a group of its own
     with the two workers (gloo on CPU; NCCL on GPUs), sends new weights in several buckets, and the
     workers generate with exactly those weights."""
-    from agentrl.learner.distributed import free_port
+    from agentrl.rendezvous import reserve_store
 
     tasks = [TaskRef("depth2", 1), TaskRef("depth2", 2)]
     with _group(tiny_model_dir, "textcraft") as group:
-        port = free_port()
+        port = reserve_store(group.num_workers + 1)
         joining = group.join_weight_broadcast("127.0.0.1", port)
         sender = WeightBroadcast("127.0.0.1", port, 0, group.num_workers + 1, "cpu", timeout_s=120)
         group.wait(joining)
