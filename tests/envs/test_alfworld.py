@@ -298,7 +298,13 @@ def test_engine_caches_leave_every_text_unchanged(games_dir, monkeypatch):
         shipped = textgen.copy_context
         monkeypatch.setenv(engine_caches.ENV_SWITCH, "1")
         monkeypatch.setattr(sys, "argv", ["a-training-script", "--its-option"])
+        # TextWorld's memo emptied before every game load: the texts must not change
+        monkeypatch.setattr(engine_caches, "MEMO_LIMIT", 0)
+        emptied = []
+        bound = engine_caches.bound_textworld_memo
+        monkeypatch.setattr(engine_caches, "bound_textworld_memo", lambda: emptied.append(bound()))
         cached = _play_texts(games_dir)        # loading the first engine env installs them
+        assert emptied.count(True) >= 2 * len(TASK_TYPES), emptied
         # fast_downward's translation sets sys.argv for its own option parser; the cache gives it back
         assert sys.argv == ["a-training-script", "--its-option"]
         assert engine_caches.engine_caches_installed()
@@ -317,3 +323,39 @@ def test_engine_caches_leave_every_text_unchanged(games_dir, monkeypatch):
     engine_caches.uninstall_engine_caches()
     assert textgen.copy_context is shipped
     engine_caches.install_engine_caches()
+
+
+def test_engine_memory_stays_bounded_over_many_games(games_dir, monkeypatch):
+    """A process that meets many distinct games keeps every cache and TextWorld's memo under its
+    bound (without the bounds the memo and the parser models grew with every game)."""
+    import mementos.core
+
+    from agentrl.envs.alfworld import engine_caches
+
+    engine_caches.uninstall_engine_caches()
+    monkeypatch.setattr(engine_caches, "MODEL_CACHE_SIZE", 3)
+    monkeypatch.setattr(engine_caches, "QUERY_CACHE_SIZE", 3)
+    monkeypatch.setattr(engine_caches, "PDDL2SAS_CACHE_SIZE", 2)
+    monkeypatch.setattr(engine_caches, "MEMO_LIMIT", 500)
+    env = make_env("alfworld", data_dir=games_dir)
+    peak: dict[str, int] = {}
+    memo_sizes = []
+    try:
+        for split, n in (("train", len(TASK_TYPES)), ("valid_unseen", 2)):
+            for index in range(n):
+                env.reset(TaskRef(split, index))
+                env.step("look")
+                sizes = engine_caches.engine_cache_sizes()
+                memo_sizes.append(sizes["textworld_memo"])
+                for name, size in sizes.items():
+                    peak[name] = max(peak.get(name, 0), size)
+        assert peak["pddl_logic._parse_and_convert"] <= 3 and peak["textgen._parse_and_convert"] <= 3
+        assert peak["fast_downward.pddl2sas"] <= 2 and peak["Rule.parse_conjunctive_query"] <= 3
+        # the memo filled past its bound, was emptied at the next load, and never held more than
+        # the bound plus what one game adds
+        one_game = max(b - a for a, b in zip([0] + memo_sizes, memo_sizes))
+        assert any(b < a for a, b in zip(memo_sizes, memo_sizes[1:])), memo_sizes
+        assert max(memo_sizes) <= 500 + one_game, memo_sizes
+    finally:
+        engine_caches.uninstall_engine_caches()
+        engine_caches.install_engine_caches()

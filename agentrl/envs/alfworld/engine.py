@@ -4,7 +4,8 @@ This is the stack ALFWorld's ``AlfredTWEnv.init_env`` builds for one game, minus
 ``PddlEnv`` -> ``AlfredDemangler`` (PDDL ids -> ``cabinet 1`` names; no shuffling, as in
 evaluation) -> ``AlfredInfos`` (adds the game file). Imported lazily: ``textworld`` takes about
 two seconds to import. The first load installs :mod:`agentrl.envs.alfworld.engine_caches` (the same
-texts, ~15x faster steps).
+texts, ~15x faster steps); every load goes through :func:`load_game`, which keeps TextWorld's memo
+of logic objects bounded.
 """
 
 from __future__ import annotations
@@ -30,11 +31,21 @@ def load_engine_env(game: str | Mapping[str, Any], policy_commands: bool = False
     from textworld.envs import PddlEnv
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
-    from agentrl.envs.alfworld.engine_caches import install_engine_caches
+    from agentrl.envs.alfworld.engine_caches import bound_textworld_memo, install_engine_caches
 
     install_engine_caches()
+    bound_textworld_memo()
     infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=policy_commands,
                                extras=["gamefile"])
     env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
     env.load(game)
     return env
+
+
+def load_game(env, game: str | Mapping[str, Any]) -> None:
+    """Load another game into an engine env from :func:`load_engine_env` (TextWorld's memo of
+    logic objects emptied first when it is over its bound: it grows with every distinct game)."""
+    from agentrl.envs.alfworld.engine_caches import bound_textworld_memo
+
+    bound_textworld_memo()
+    env.load(game)

@@ -18,11 +18,21 @@ eight envs of a group load the same game.
 * grammar and logic parses keep the parser's model per ``(text, rule)`` and convert it to fresh
   symbols on every call (the conversion builds new objects; the callers then mutate those, never
   the model);
-* ``parse_conjunctive_query`` returns one ``Rule`` per query text (its callers only read it);
+* ``parse_conjunctive_query`` returns one ``Rule`` per query text (its callers only read it;
+  the last ``QUERY_CACHE_SIZE`` texts);
 * ``copy_context`` copies the two dicts one level deep: the copies are what a derivation updates,
   the values are only read;
 * ``pddl2sas`` keeps the last 64 translations per ``(domain, problem, options)``; a ``PddlState``
   only reads the task it gets (actions, types, objects, initial facts) and loads the SAS text.
+
+Every cache is bounded, so a process that meets thousands of games (a pool worker over the 3,553
+train games, a generation worker) stays at a fixed size: the parser models keep the last
+``MODEL_CACHE_SIZE`` texts per parser (a game's whole grammar is one text, ~100 KB of model), and
+:func:`bound_textworld_memo`, called before every game load, empties TextWorld's own memo of every
+``Proposition`` and ``Signature`` ever built (``mementos``' ``_memento_cache``, ~0.7 MB per game and
+never emptied by TextWorld) once it holds over ``MEMO_LIMIT`` entries. The memo only shares equal
+objects (they compare and hash by value), so emptying it changes no text (``tests/envs/test_alfworld.py``
+plays the same episodes with it emptied before every load).
 
 Observations and admissible commands are unchanged: ``tests/envs/test_alfworld.py`` plays the same
 random and expert episodes with and without the caches and compares every text. On the benchmark
@@ -43,6 +53,9 @@ import warnings
 from typing import Any, Callable
 
 PDDL2SAS_CACHE_SIZE = 64
+MODEL_CACHE_SIZE = 128      # parser models per parser (grammar templates: ~80; a game's grammar: one each, ~120 KB)
+QUERY_CACHE_SIZE = 4096    # grammar conditions (a few hundred texts per game logic)
+MEMO_LIMIT = 100_000        # TextWorld memo entries (~330 bytes each) before it is emptied
 ENV_SWITCH = "AGENTRL_ALFWORLD_ENGINE_CACHES"
 
 _lock = threading.Lock()
@@ -53,20 +66,30 @@ def engine_caches_installed() -> bool:
     return bool(_originals)
 
 
+def bound_textworld_memo(limit: int | None = None) -> bool:
+    """Empty TextWorld's memo of logic objects when it holds over ``limit`` (default
+    ``MEMO_LIMIT``) entries; True if it did. Called before every game load."""
+    memo = getattr(sys.modules.get("mementos.core"), "_memento_cache", None)
+    if memo is None or len(memo) <= (MEMO_LIMIT if limit is None else limit):
+        return False
+    memo.clear()
+    return True
+
+
 def _model_cache(parser) -> Callable:
-    """``parser.parse(text, rule_name=...)`` memoised per (text, rule); other keyword arguments
-    (a trace flag) bypass the cache."""
-    models: dict[tuple[str, str], Any] = {}
+    """``parser.parse(text, rule_name=...)`` memoised per (text, rule), the last
+    ``MODEL_CACHE_SIZE``; other keyword arguments (a trace flag) bypass the cache."""
+
+    @functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
+    def model(text, rule_name):
+        return parser.parse(text, rule_name=rule_name)
 
     def parse(text, rule_name=None, trace=False, **kwargs):
         if trace or kwargs or not isinstance(text, str):
             return parser.parse(text, rule_name=rule_name, trace=trace, **kwargs)
-        key = (text, rule_name)
-        model = models.get(key)
-        if model is None:
-            model = models[key] = parser.parse(text, rule_name=rule_name)
-        return model
+        return model(text, rule_name)
 
+    parse.cache_info = model.cache_info
     return parse
 
 
@@ -94,13 +117,10 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
                 "mapping": dict(context["mapping"]), "entity_infos": context["entity_infos"]}
 
     parse_query = tw_logic.Rule.parse_conjunctive_query.__func__
-    queries: dict[str, Any] = {}
 
+    @functools.lru_cache(maxsize=QUERY_CACHE_SIZE)
     def parse_conjunctive_query(cls, expr):
-        rule = queries.get(expr)
-        if rule is None:
-            rule = queries[expr] = parse_query(cls, expr)
-        return rule
+        return parse_query(cls, expr)
 
     translate = fast_downward.pddl2sas
 
@@ -114,6 +134,10 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
 
     def pddl2sas(domain, problem, verbose=False, optimize=False):
         return cached_translation(domain, problem, bool(verbose), bool(optimize))
+
+    textgen_parse_and_convert.cache_info = grammar_parse.cache_info
+    logic_parse_and_convert.cache_info = logic_parse.cache_info
+    pddl2sas.cache_info = cached_translation.cache_info
 
     replacements = {
         "textgen._parse_and_convert": (textgen, "_parse_and_convert", textgen_parse_and_convert),
@@ -147,6 +171,20 @@ def install_engine_caches() -> bool:
             _originals[name] = (owner, attribute, vars(owner)[attribute])
             setattr(owner, attribute, value)
         return True
+
+
+def engine_cache_sizes() -> dict[str, int]:
+    """Entries each installed cache holds now, and TextWorld's memo (``textworld_memo``)."""
+    sizes = {}
+    with _lock:
+        for name, (owner, attribute, _) in _originals.items():
+            value = vars(owner)[attribute]
+            info = getattr(getattr(value, "__func__", value), "cache_info", None)
+            if info is not None:
+                sizes[name] = info().currsize
+    memo = getattr(sys.modules.get("mementos.core"), "_memento_cache", None)
+    sizes["textworld_memo"] = len(memo) if memo is not None else 0
+    return sizes
 
 
 def uninstall_engine_caches() -> None:

@@ -90,7 +90,7 @@ class ALFWorldEnv(TextEnv):
 
     # ----- protocol -----------------------------------------------------------------------------
     def _reset_task(self, task: TaskRef) -> tuple[str, dict[str, Any]]:
-        from agentrl.envs.alfworld.engine import load_engine_env
+        from agentrl.envs.alfworld.engine import load_engine_env, load_game
 
         path = self.games(task.split)[task.index]
         with open(os.path.join(os.path.dirname(path), TRAJ_FILE)) as f:
@@ -98,7 +98,7 @@ class ALFWorldEnv(TextEnv):
         if self._engine is None:
             self._engine = load_engine_env(path)
         else:
-            self._engine.load(path)
+            load_game(self._engine, path)
         self._game_path = path
         self._state = self._engine.reset()
         intro = self._state.feedback
@@ -183,7 +183,7 @@ class ALFWorldEnv(TextEnv):
             walkthrough = json.load(f).get("walkthrough")
         if walkthrough:
             return list(walkthrough)
-        from agentrl.envs.alfworld.engine import load_engine_env
+        from agentrl.envs.alfworld.engine import load_engine_env, load_game
         from agentrl.envs.alfworld.expert import expert_plan
 
         state = load_engine_env(self._game_path).reset()
