@@ -76,6 +76,28 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
+def test_a_generation_process_reuses_one_engine_env(monkeypatch):
+    """Each new engine env loads a private copy of Fast Downward's library that is never unloaded
+    (~3 MB per game a worker made); a process solves every game on one env, reloaded, and the games
+    are the ones a fresh env per game gives."""
+    import fast_downward
+
+    from agentrl.envs.alfworld import generate
+
+    copies = []
+    load_lib = fast_downward.load_lib
+    monkeypatch.setattr(fast_downward, "load_lib", lambda: copies.append(1) or load_lib())
+    monkeypatch.setattr(generate, "_solving_engines", {})
+    reused = [generate.generate_game(SEED, "train", i) for i in range(3)]
+    assert len(copies) == 1
+    fresh = []
+    for i in range(3):
+        monkeypatch.setattr(generate, "_solving_engines", {})
+        fresh.append(generate.generate_game(SEED, "train", i))
+    assert len(copies) == 4
+    assert json.dumps(reused, sort_keys=True) == json.dumps(fresh, sort_keys=True)
+
+
 def test_killed_generation_resumes_without_redoing_finished_games(serial_set, tmp_path):
     from agentrl.envs.alfworld.generate import finished_games, generate_games
 

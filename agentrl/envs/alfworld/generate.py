@@ -338,10 +338,9 @@ def solve_game(gamedata: dict, task_type: str, params: dict, solver: str = "expe
     no hidden information) in the engine and keeps its commands if it wins within
     ``SEARCH_SOLVER_MAX_STEPS`` steps.
     """
-    from agentrl.envs.alfworld.engine import load_engine_env
     from agentrl.envs.alfworld.expert import expert_plan, play_search_expert
 
-    env = load_engine_env(gamedata, policy_commands=(solver == "planner"))
+    env = _solving_engine(gamedata, policy_commands=(solver == "planner"))
     if solver == "search":
         actions, won = play_search_expert(env, SEARCH_SOLVER_MAX_STEPS)
         return actions if won else None
@@ -357,6 +356,23 @@ def solve_game(gamedata: dict, task_type: str, params: dict, solver: str = "expe
             return None
         state, _, _ = env.step(command)
     return plan if state["won"] else None
+
+
+_solving_engines: dict[bool, object] = {}     # policy_commands -> this process's engine env
+
+
+def _solving_engine(gamedata: dict, policy_commands: bool):
+    """This process's engine env with ``gamedata`` loaded: one per process, reloaded per game. Each
+    new engine env loads a private copy of Fast Downward's library that is never unloaded (~3 MB
+    with its task), so a worker making an env per game grew by that much per game."""
+    from agentrl.envs.alfworld.engine import load_engine_env, load_game
+
+    env = _solving_engines.get(policy_commands)
+    if env is None:
+        env = _solving_engines[policy_commands] = load_engine_env(gamedata, policy_commands=policy_commands)
+    else:
+        load_game(env, gamedata)
+    return env
 
 
 def generate_game(seed: int, split: str, index: int, solver: str = "expert", max_tries: int = 20,
