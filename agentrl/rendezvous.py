@@ -37,6 +37,12 @@ def reserve_store(world_size: int) -> int:
     return int(store.port)
 
 
+def holds_store(port: int) -> bool:
+    """Whether this process holds a reserved store for ``port`` that no group has used yet."""
+    with _held_lock:
+        return int(port) in _held_stores
+
+
 def store_at(host: str, port: int, world_size: int, is_master: bool, timeout: datetime.timedelta) -> dist.TCPStore:
     """The store of a group at ``host:port``: the one :func:`reserve_store` holds for ``port`` in
     this process (the master), else a new client, or a new master bound on ``port`` (a port the user

@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from agentrl.rendezvous import reserve_store, store_at
+from agentrl.rendezvous import holds_store, reserve_store, store_at
 
 SHM_COMM_OP = "deepspeed_shm_comm"
 
@@ -49,8 +49,12 @@ def rank_from_env() -> RankInfo:
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("LOCAL_RANK", "0")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in os.environ or int(os.environ["MASTER_PORT"]) in _chosen_ports:
-            port = reserve_store(1)     # also for a later learner in this process: the old store is gone
+        # a port this process chose whose store a finished group used: a later learner needs a new one
+        port_text = os.environ.get("MASTER_PORT")
+        used = port_text is not None and int(port_text) in _chosen_ports and not holds_store(int(port_text)) \
+            and not dist.is_initialized()
+        if port_text is None or used:
+            port = reserve_store(1)
             _chosen_ports.add(port)
             os.environ["MASTER_PORT"] = str(port)
     missing = [k for k in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]

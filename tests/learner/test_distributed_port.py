@@ -28,6 +28,8 @@ SINGLE = textwrap.dedent("""
     assert not bindable(first), "the chosen port is free again before the group is built"
     distributed.init_process_group("cpu")
     assert dist.is_initialized() and dist.get_world_size() == 1
+    distributed.init_process_group("cpu")      # a second learner while the group lives: the same group
+    assert int(os.environ["MASTER_PORT"]) == first
     distributed.destroy_process_group()
 
     # a second learner in this process: a port of its own, the first one's store is gone
