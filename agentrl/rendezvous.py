@@ -9,18 +9,9 @@ learner, a child run) can take it. A port the user sets is used as it is.
 from __future__ import annotations
 
 import datetime
-import socket
 import threading
 
 import torch.distributed as dist
-
-
-def free_port() -> int:
-    """A port that was free a moment ago (closed again on return: for a server that is not a
-    rendezvous store; a store's port comes from :func:`reserve_store`)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 _held_stores: dict[int, dist.TCPStore] = {}     # port -> a master store bound by reserve_store, not used yet

@@ -31,19 +31,18 @@ def load_engine_env(game: str | Mapping[str, Any], policy_commands: bool = False
     from textworld.envs import PddlEnv
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
-    from agentrl.envs.alfworld.engine_caches import bound_textworld_memo, install_engine_caches
+    from agentrl.envs.alfworld.engine_caches import install_engine_caches
 
     install_engine_caches()
-    bound_textworld_memo()
     infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=policy_commands,
                                extras=["gamefile"])
     env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
-    env.load(game)
+    load_game(env, game)
     return env
 
 
 def load_game(env, game: str | Mapping[str, Any]) -> None:
-    """Load another game into an engine env from :func:`load_engine_env` (TextWorld's memo of
+    """Load a game into an engine env from :func:`load_engine_env` (TextWorld's memo of
     logic objects emptied first when it is over its bound: it grows with every distinct game)."""
     from agentrl.envs.alfworld.engine_caches import bound_textworld_memo
 

@@ -66,10 +66,15 @@ def engine_caches_installed() -> bool:
     return bool(_originals)
 
 
+def _textworld_memo() -> dict | None:
+    """TextWorld's memo of logic objects (``mementos``' module-level dict), once TextWorld is imported."""
+    return getattr(sys.modules.get("mementos.core"), "_memento_cache", None)
+
+
 def bound_textworld_memo(limit: int | None = None) -> bool:
     """Empty TextWorld's memo of logic objects when it holds over ``limit`` (default
     ``MEMO_LIMIT``) entries; True if it did. Called before every game load."""
-    memo = getattr(sys.modules.get("mementos.core"), "_memento_cache", None)
+    memo = _textworld_memo()
     if memo is None or len(memo) <= (MEMO_LIMIT if limit is None else limit):
         return False
     memo.clear()
@@ -182,7 +187,7 @@ def engine_cache_sizes() -> dict[str, int]:
             info = getattr(getattr(value, "__func__", value), "cache_info", None)
             if info is not None:
                 sizes[name] = info().currsize
-    memo = getattr(sys.modules.get("mementos.core"), "_memento_cache", None)
+    memo = _textworld_memo()
     sizes["textworld_memo"] = len(memo) if memo is not None else 0
     return sizes
 
