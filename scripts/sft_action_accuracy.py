@@ -27,7 +27,7 @@ from agentrl.models import load_tokenizer, stop_token_ids
 from agentrl.rollout.backends import make_backend
 from agentrl.rollout.engine import encode_prompts, make_sampling_params
 from agentrl.rollout.parsing import parse_response
-from agentrl.task_schedule import TaskSchedule
+from agentrl.runs.task_schedule import TaskSchedule
 from agentrl.warmstart.demonstrations import (demonstration_action, demonstration_env_kwargs, expert_episodes,
                                               repeat_key)
 

@@ -24,7 +24,7 @@ def one_torch_thread():
 @pytest.fixture(autouse=True)
 def ieee_floats_after_each_test():
     """A test that calls the agentrl command in this process (`main([...])`) leaves its denormal
-    flushing on (agentrl.denormals: the command's process is meant to keep it); turn it off again, so
+    flushing on (agentrl.runtime.denormals: the command's process is meant to keep it); turn it off again, so
     every test sees the IEEE floats it would see alone (hypothesis refuses to run otherwise)."""
     yield
     torch.set_flush_denormal(False)

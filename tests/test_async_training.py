@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.tracking import read_metrics
+from agentrl.runs.tracking import read_metrics
 from test_train_cli import kill_after_first_checkpoint, run_cli, start_model, train_args  # noqa: F401 - start_model is a fixture
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Denormal floats are flushed in every torch thread of an agentrl process (agentrl.denormals).
+"""Denormal floats are flushed in every torch thread of an agentrl process (agentrl.runtime.denormals).
 
 Each case runs in a fresh interpreter: whether torch's threads flush depends on what ran before
 them, which in the pytest process is every earlier test."""
@@ -29,7 +29,7 @@ def test_flushed_before_torch_threads_start_reaches_every_thread():
     out = run_python("""
         import json, torch
         torch.set_num_threads(2)
-        from agentrl.denormals import flush_denormals, denormals_flushed
+        from agentrl.runtime.denormals import flush_denormals, denormals_flushed
         ok = flush_denormals()
         x = torch.full((4 * 65536,), 1e-30)
         print(json.dumps([ok, denormals_flushed(), int(torch.count_nonzero(x * 1e-10))]))
@@ -43,7 +43,7 @@ def test_flushed_after_threads_started_reaches_only_some_and_the_trainer_check_w
         torch.set_num_threads(2)
         x = torch.full((4 * 65536,), 1e-30)
         before = int(torch.count_nonzero(x * 1e-10))     # starts torch's second thread, flushing off
-        from agentrl.denormals import flush_denormals, warn_unless_flushed
+        from agentrl.runtime.denormals import flush_denormals, warn_unless_flushed
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             warn_unless_flushed()
@@ -60,7 +60,7 @@ def test_flushed_after_threads_started_reaches_only_some_and_the_trainer_check_w
 def test_trainer_check_is_silent_when_flushed_or_kept():
     code = """
         import json, os, warnings
-        from agentrl.denormals import flush_denormals, warn_unless_flushed
+        from agentrl.runtime.denormals import flush_denormals, warn_unless_flushed
         if not os.environ.get("AGENTRL_KEEP_DENORMALS"):
             flush_denormals()
         with warnings.catch_warnings(record=True) as caught:
@@ -75,7 +75,7 @@ def test_trainer_check_is_silent_when_flushed_or_kept():
 def test_keep_denormals_leaves_ieee_gradual_underflow():
     out = run_python("""
         import json, torch
-        from agentrl.denormals import flush_denormals, denormals_flushed
+        from agentrl.runtime.denormals import flush_denormals, denormals_flushed
         print(json.dumps([flush_denormals(), denormals_flushed(), float(torch.tensor(1e-30) * 1e-10)]))
     """, AGENTRL_KEEP_DENORMALS="1")
     ok, flushed, value = json.loads(out)
@@ -92,7 +92,7 @@ def test_cli_flushes_before_commands_that_compute(argv, flushes):
         import agentrl.cli.commands.{argv[0]} as module
         def run(args):
             torch = sys.modules.get("torch")
-            from agentrl.denormals import denormals_flushed
+            from agentrl.runtime.denormals import denormals_flushed
             print(json.dumps([torch is not None and denormals_flushed()]))
             return 0
         module.run = run

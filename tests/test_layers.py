@@ -10,14 +10,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 
 # lowest first; a module may import its own layer and the ones below
 LAYERS = [
-    {"__init__", "errors", "denormals", "data"},
-    {"envs", "models", "estimators", "tracking", "ray_start", "child_env", "rendezvous"},
-    {"config", "rollout", "task_schedule", "run_state"},
+    {"__init__", "errors", "data"},
+    {"envs", "models", "estimators", "runtime", "weights"},
+    {"config", "rollout", "runs"},
     {"learner", "warmstart"},
-    {"trainer", "evaluation", "bench"},
+    {"training", "evaluation", "bench"},
     {"cli"},
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+# units that never import each other, whatever their layers: the learner and the rollout meet only
+# in the trainer's components (agentrl.training: weight sync, rollout sources)
+INDEPENDENT = [("learner", "rollout")]
 
 
 def unit_of(path: Path) -> str:
@@ -54,6 +57,17 @@ def test_no_import_runs_up_the_layers():
             if target in LAYER_OF and LAYER_OF[target] > LAYER_OF[source]:
                 upward.append(f"{path.relative_to(PACKAGE.parent)} imports agentrl.{target}")
     assert not upward, "imports from a lower layer up to a higher one:\n" + "\n".join(upward)
+
+
+def test_independent_units_do_not_import_each_other():
+    crossing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = unit_of(path)
+        for a, b in INDEPENDENT:
+            other = b if source == a else a if source == b else None
+            if other is not None and other in imported_units(path):
+                crossing.append(f"{path.relative_to(PACKAGE.parent)} imports agentrl.{other}")
+    assert not crossing, "units meant to be independent import each other:\n" + "\n".join(crossing)
 
 
 def test_only_the_estimators_name_an_estimator():

@@ -13,7 +13,7 @@ import pytest
 
 from agentrl.config import load_config
 from agentrl.models import prepare_initial_model
-from agentrl.tracking import read_metrics
+from agentrl.runs.tracking import read_metrics
 from agentrl.warmstart.starting_policy import corpus_builder
 
 TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.intermediate_size=128",

@@ -13,8 +13,8 @@ import sys
 import pytest
 import ray
 
-from agentrl import ray_start
-from agentrl.ray_start import RayStartError, init_local_ray
+from agentrl.runtime import ray_start
+from agentrl.runtime.ray_start import RayStartError, init_local_ray
 
 TIMEOUT = Exception("The current node timed out during startup. This could happen because some of the "
                     "raylet failed to startup or the GCS has become overloaded.")

@@ -10,7 +10,7 @@ import torch
 
 from agentrl.config import load_config
 from agentrl.models import load_model
-from agentrl.run_state import RunDirectory
+from agentrl.runs.directory import RunDirectory
 from agentrl.warmstart.cache import cache_entry, cache_key
 from agentrl.warmstart.starting_policy import starting_policy
 

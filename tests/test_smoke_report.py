@@ -138,7 +138,7 @@ def test_the_trainer_still_logs_the_keys_the_report_reads():
     trainer = (ROOT / "agentrl" / "trainer.py").read_text()
     tracking = (ROOT / "agentrl" / "tracking.py").read_text()
     engine = (ROOT / "agentrl" / "learner" / "engine.py").read_text()
-    # phase timings are time/<phase>_s (agentrl.tracking.Phases), iteration time their sum
+    # phase timings are time/<phase>_s (agentrl.runs.tracking.Phases), iteration time their sum
     assert 'f"time/{name}_s"' in tracking and '"time/iteration_s"' in tracking
     for name in ("rollout", "learner_pass", "update", "sync", "sleep"):
         assert f'phase("{name}")' in trainer, name

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from agentrl.config import load_config
 from agentrl.models import prepare_initial_model
-from agentrl.tracking import read_metrics
+from agentrl.runs.tracking import read_metrics
 from agentrl.warmstart.starting_policy import corpus_builder
 
 pytestmark = pytest.mark.slow

@@ -30,7 +30,7 @@ def test_agentrl_sft_prints_each_phase_and_the_result_on_stderr(tmp_path, capsys
 
 @pytest.mark.parametrize("progress", [True, False])
 def test_the_trainer_prints_the_warm_start_progress_unless_told_not_to(tmp_path, capsys, progress):
-    from agentrl.trainer import Trainer
+    from agentrl.training.trainer import Trainer
 
     def prepare(run_name: str) -> list[str]:
         cfg = load_config("textcraft_grpo_tiny", [*SMALL_SFT, f"trainer.output_dir={tmp_path}",

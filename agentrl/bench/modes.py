@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from agentrl.bench._common import cpu_name, run_report
-from agentrl.child_env import child_environment
+from agentrl.runtime.child_env import child_environment
 from agentrl.errors import UsageError
 
 HELP = "trainer.mode sync vs one_step_off vs async: env steps/s and iterations/hour of one recipe, side by side"
@@ -73,7 +73,7 @@ def unused_run_name(runs: Path, name: str) -> str:
 
 
 def throughput(run_dir: Path, warmup: int) -> dict[str, float]:
-    from agentrl.tracking import read_metrics
+    from agentrl.runs.tracking import read_metrics
 
     records = sorted((r for r in read_metrics(run_dir / "metrics.jsonl") if "learner/loss" in r or
                       "learner/optimizer_steps" in r), key=lambda r: r["step"])

@@ -6,7 +6,7 @@ workers (torch backend, on ``--device``, TextCraft env actors). The learner's si
 ``--device``. Each repeat times two ways of moving its weights into the workers:
 
 * ``packed`` (what the trainer does): the weights are copied straight from the device into flat
-  byte buckets (:mod:`agentrl.rollout.weight_transfer`), each bucket is put into Ray's object
+  byte buckets (:mod:`agentrl.weights.transfer`), each bucket is put into Ray's object
   store once, and every worker maps it and copies it into its model
   (:meth:`RolloutWorkerGroup.load_weights`). Split into ``pack_s`` and ``load_s``.
 * ``broadcast`` (``rollout.weight_sync=broadcast``): this process plays the learner's rank 0 of a
@@ -76,9 +76,9 @@ def _measure(args) -> dict:
 
     from agentrl.config import load_config
     from agentrl.models import load_model
-    from agentrl.ray_start import init_local_ray
-    from agentrl.rendezvous import reserve_store
-    from agentrl.rollout.weight_transfer import WeightBroadcast, broadcast_layout, ipc_handles, pack_weights
+    from agentrl.runtime.ray_start import init_local_ray
+    from agentrl.runtime.rendezvous import reserve_store
+    from agentrl.weights.transfer import WeightBroadcast, broadcast_layout, ipc_handles, pack_weights
     from agentrl.rollout.workers import RolloutWorkerGroup
 
     if args.workers < 1 or args.repeats < 1 or args.bucket_mb < 1:

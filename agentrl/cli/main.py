@@ -45,7 +45,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
         if selected is None or name == selected:
             module.add_arguments(p)
         # a command module that computes with torch says TORCH_COMPUTE = True: main flushes denormal
-        # floats before it runs, while torch has no threads yet (agentrl.denormals)
+        # floats before it runs, while torch has no threads yet (agentrl.runtime.denormals)
         p.set_defaults(_run=module.run, _flush_denormals=getattr(module, "TORCH_COMPUTE", False))
     return parser
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         if args._flush_denormals:
-            from agentrl.denormals import flush_denormals
+            from agentrl.runtime.denormals import flush_denormals
 
             flush_denormals()
         return int(args._run(args) or 0)

@@ -48,7 +48,7 @@ files go, never the numbers a recipe produces (except where a line says so).
 | `rollout.torch_threads` | `0` = the cores this process may use, divided by `rollout.num_workers` (by `rollout.num_workers + 1` with `trainer.mode` one_step_off or async) | CPU threads of each torch rollout worker |
 | `learner.torch_threads` | `0` = torch's default (the cores); one share with `trainer.mode` one_step_off or async | CPU threads of the one-rank learner in the agentrl process |
 | `OMP_NUM_THREADS` | torch's default (the cores) | CPU threads of the agentrl process itself (the one-rank learner, the estimators; the BiGPO hidden-state clustering spreads its groups over them) |
-| `AGENTRL_KEEP_DENORMALS=1` | off: denormal floats are flushed to zero in every agentrl process | keep IEEE gradual underflow (bit-for-bit comparisons with other code); a trained model's CPU update then runs ~1.5x slower (agentrl/denormals.py) |
+| `AGENTRL_KEEP_DENORMALS=1` | off: denormal floats are flushed to zero in every agentrl process | keep IEEE gradual underflow (bit-for-bit comparisons with other code); a trained model's CPU update then runs ~1.5x slower (agentrl/runtime/denormals.py) |
 | `AGENTRL_NATIVE=0` | on where a C compiler exists | the BiGPO hidden-state clustering without its compiled kernel (numpy; the same labels, 2-3x slower) |
 | `CC` | `cc`, then `gcc` | the compiler that builds that kernel on first use |
 | `AGENTRL_BIGPO_BF16=0` / `=1` | `auto`: on where the CPU has AVX512-BF16 or AMX and the accumulation check passes | the kernel's bfloat16 screen (the same labels; docs/estimators.md) |

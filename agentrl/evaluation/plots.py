@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from agentrl.evaluation.results import RunResult, method_rank
-from agentrl.tracking import read_metrics
+from agentrl.runs.tracking import read_metrics
 
 CURVE_METRICS = ("val/success_rate", "rollout/success_rate")
 

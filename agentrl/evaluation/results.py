@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from agentrl.estimators import builtin_estimators, estimator_title
-from agentrl.tracking import read_metrics
+from agentrl.runs.tracking import read_metrics
 
 ALFWORLD_COLUMNS = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All")
 WEBSHOP_COLUMNS = ("Score", "Success")

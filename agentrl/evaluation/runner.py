@@ -51,7 +51,7 @@ def _is_model_dir(path: Path) -> bool:
 def _export_checkpoint(run_dir: Path, checkpoint: Path, log: Callable[[str], None]) -> Path:
     """A learner checkpoint written once as a model directory under ``<run>/eval/``."""
     from agentrl.config import load_config
-    from agentrl.run_state import TrainerState
+    from agentrl.runs.directory import TrainerState
 
     out = run_dir / "eval" / f"policy_{checkpoint.name}"
     if _is_model_dir(out):
@@ -59,7 +59,7 @@ def _export_checkpoint(run_dir: Path, checkpoint: Path, log: Callable[[str], Non
     cfg = load_config(str(run_dir / "config.yaml"))
     state = TrainerState.from_json((checkpoint / "trainer_state.json").read_text())
     from agentrl.learner.group import LearnerGroup
-    from agentrl.ray_start import start_ray
+    from agentrl.runtime.ray_start import start_ray
 
     log(f"exporting {checkpoint} to {out}")
     start_ray(cfg)
@@ -116,7 +116,7 @@ def evaluate(cfg: Config, model_dir: Path, out_dir: Path, *, split: str, seeds: 
     """Evaluate ``model_dir`` on ``split`` once per seed; writes ``episodes.jsonl`` and
     ``summary.json`` under ``out_dir`` and returns the summary."""
     from agentrl.rollout.validation import eval_tasks
-    from agentrl.task_schedule import TaskSchedule
+    from agentrl.runs.task_schedule import TaskSchedule
 
     sizes = TaskSchedule.split_sizes(cfg.env)
     if split not in sizes:
@@ -150,7 +150,7 @@ def evaluate(cfg: Config, model_dir: Path, out_dir: Path, *, split: str, seeds: 
 def _play(cfg: Config, model_dir: Path, work: list[tuple[int, int, list]], episodes: EpisodeLog,
           log: Callable[[str], None]) -> None:
     from agentrl.rollout.workers import RolloutWorkerGroup
-    from agentrl.ray_start import start_ray
+    from agentrl.runtime.ray_start import start_ray
 
     start_ray(cfg)
     device = _device(cfg)

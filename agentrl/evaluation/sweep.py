@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import yaml
 
-from agentrl.child_env import child_environment
+from agentrl.runtime.child_env import child_environment
 from agentrl.errors import UsageError
 from agentrl.evaluation.episodes import write_json_atomically
 

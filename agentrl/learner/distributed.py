@@ -5,7 +5,7 @@ Every rank reads its place from the usual variables (``RANK``, ``WORLD_SIZE``, `
 port. The backend is gloo on CPU and NCCL on GPU.
 
 Rank 0's rendezvous store is bound when its port is chosen and held until the group is built
-(:mod:`agentrl.rendezvous`); a port the user sets is used as it is.
+(:mod:`agentrl.runtime.rendezvous`); a port the user sets is used as it is.
 
 DeepSpeed's CPU accelerator builds a shared-memory all-reduce extension (``deepspeed_shm_comm``)
 with a C++ JIT compile the first time a process group is created (about 40 s on a fresh machine).
@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from agentrl.rendezvous import holds_store, reserve_store, store_at
+from agentrl.runtime.rendezvous import holds_store, reserve_store, store_at
 
 SHM_COMM_OP = "deepspeed_shm_comm"
 

@@ -30,7 +30,7 @@ from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
-from agentrl.rollout.weight_transfer import (BUCKET_BYTES, BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast,
+from agentrl.weights.transfer import (BUCKET_BYTES, BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast,
                                              broadcast_layout, ipc_handles, pack_weights)
 
 CHECKPOINT_TAG = "state"
@@ -477,7 +477,7 @@ class Learner:
 
     def packed_weights_for_rollout(self, bucket_bytes: int = BUCKET_BYTES) -> list[PackedWeights]:
         """:meth:`rollout_weights` copied straight into flat byte buckets for the rollout workers
-        (:mod:`agentrl.rollout.weight_transfer`) on rank 0; ``[]`` on other ranks."""
+        (:mod:`agentrl.weights.transfer`) on rank 0; ``[]`` on other ranks."""
         return list(pack_weights(self.rollout_weights(), bucket_bytes))
 
     def export_hf(self, directory: str) -> Optional[Path]:

@@ -25,11 +25,11 @@ import torch
 from agentrl.config.schema import Config
 from agentrl.data import StepBatch
 from agentrl.estimators.base import LossOptions
-from agentrl.denormals import denormals_flushed, flush_denormals
-from agentrl.rendezvous import reserve_store
+from agentrl.runtime.denormals import denormals_flushed, flush_denormals
+from agentrl.runtime.rendezvous import reserve_store
 from agentrl.learner.engine import Learner, resolve_device
-from agentrl.ray_start import init_local_ray, placed
-from agentrl.rollout.weight_transfer import PackedWeights
+from agentrl.runtime.ray_start import init_local_ray, placed
+from agentrl.weights.transfer import PackedWeights
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
 SHUTDOWN_TIMEOUT_S = 60.0

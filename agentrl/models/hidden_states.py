@@ -11,7 +11,7 @@ the rows' last prompt positions, ``[rows, hidden]``, as the forward passes throu
 
 Both the learner's log-prob pass and the torch rollout backend's prefill use it: the rollout
 records the state of every prompt it answers, so the estimator needs no learner pass over rows
-the update does not train (:mod:`agentrl.trainer`).
+the update does not train (:mod:`agentrl.training.trainer`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``trainer.mode`` one_step_off and async (docs/async.md) keep the rollout workers busy while the
 learner updates. The unit of work is a *call*: call ``c`` rolls out exactly the tasks and seed that
-iteration ``c`` of a synchronous run would (:class:`~agentrl.task_schedule.TaskSchedule`), with the
+iteration ``c`` of a synchronous run would (:class:`~agentrl.runs.task_schedule.TaskSchedule`), with the
 group ids ``(c - 1) * tasks_per_iteration ...`` so that groups of different calls never share an id::
 
     stream = RolloutStream(rollout_workers, schedule, ...)

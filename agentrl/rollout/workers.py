@@ -22,12 +22,12 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from agentrl.denormals import denormals_flushed, flush_denormals
-from agentrl.ray_start import placed
+from agentrl.runtime.denormals import denormals_flushed, flush_denormals
+from agentrl.runtime.ray_start import placed
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
-from agentrl.rollout.weight_transfer import (BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast, as_buckets,
+from agentrl.weights.transfer import (BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast, as_buckets,
                                              device_uuid, open_ipc_handles, unpack_weights)
 
 WORKER_SEED_STRIDE = 7919
@@ -330,7 +330,7 @@ class RolloutWorkerGroup:
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Sequence[PackedWeights],
                      version: int | None = None) -> None:
         """Load a ``{name: tensor}`` state dict or packed buckets
-        (:mod:`agentrl.rollout.weight_transfer`) into every worker's backend. Each bucket goes into
+        (:mod:`agentrl.weights.transfer`) into every worker's backend. Each bucket goes into
         Ray's object store once and every worker maps it from there without a copy. ``version``: the
         policy version of these weights (learner updates applied), stamped on the steps generated
         with them (``StepBatch.policy_version``); None keeps the workers' current number."""

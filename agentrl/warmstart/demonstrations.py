@@ -198,7 +198,7 @@ def demonstration_split(cfg) -> str:
     """The split whose expert episodes SFT and the tokenizer corpus use: ``trainer.sft.split``, or
     ``env.train_split`` when that is unset. A split the environment does not have is a usage error
     naming the key that set it."""
-    from agentrl.task_schedule import TaskSchedule
+    from agentrl.runs.task_schedule import TaskSchedule
 
     split, key = (cfg.trainer.sft.split, "trainer.sft.split") if cfg.trainer.sft.split else \
         (cfg.env.train_split, "env.train_split")

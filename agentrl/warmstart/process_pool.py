@@ -16,7 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Iterator
 
-from agentrl.denormals import flush_denormals
+from agentrl.runtime.denormals import flush_denormals
 from agentrl.errors import UsageError
 
 ONE_PROCESS_SETTING = "trainer.sft.demonstration_workers=1"

@@ -54,7 +54,7 @@ RANK = textwrap.dedent("""
     import os, sys
     import torch, torch.distributed as dist
     from agentrl.learner import distributed
-    from agentrl.rendezvous import reserve_store
+    from agentrl.runtime.rendezvous import reserve_store
 
     rank = int(os.environ["RANK"])
     if rank == 0:      # as LearnerRank.serve_store: bound first, the port handed to the others after

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from agentrl.estimators import build_estimator
 from agentrl.learner.engine import Learner, sampled_logprobs, warn_if_zero3_on_one_rank
 from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches, sequence_lengths
-from agentrl.rollout.weight_transfer import unpack_weights
+from agentrl.weights.transfer import unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
 
 HIDDEN_LAYER = 1

@@ -10,7 +10,7 @@ import torch.distributed as dist
 ray = pytest.importorskip("ray")
 
 from agentrl.learner.group import LearnerGroup
-from agentrl.rollout.weight_transfer import unpack_weights
+from agentrl.weights.transfer import unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
 
 

@@ -9,8 +9,8 @@ from agentrl.data import StepBatch
 from agentrl.envs import TaskRef
 from agentrl.learner.engine import Learner
 from agentrl.rollout.engine import EpisodeResult, RolloutResult
-from agentrl.task_schedule import TaskSchedule
-from agentrl.trainer import Trainer
+from agentrl.runs.task_schedule import TaskSchedule
+from agentrl.training.trainer import Trainer
 from tiny_setup import learner_config, write_tiny_model
 
 
@@ -108,7 +108,7 @@ def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
 
 def test_trainer_warns_when_its_in_process_cpu_learner_keeps_denormals(tmp_path):
     """The pytest process keeps IEEE floats (tests/conftest.py), as a user's script does before it
-    calls agentrl.denormals.flush_denormals(): a one-rank CPU learner, which runs in this process,
+    calls agentrl.runtime.denormals.flush_denormals(): a one-rank CPU learner, which runs in this process,
     gets the warning with the fix; Ray learner ranks flush their own threads, so two ranks get none."""
     import warnings
 

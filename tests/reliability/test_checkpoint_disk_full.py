@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.learner.engine import Learner
-from agentrl.run_state import CheckpointNotWritten, RunDirectory, TrainerState, directory_bytes
-from agentrl.trainer import Trainer
+from agentrl.runs.directory import CheckpointNotWritten, RunDirectory, TrainerState, directory_bytes
+from agentrl.training.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "learner"))
 from tiny_setup import learner_config, step_batch, write_tiny_model  # noqa: E402
@@ -74,7 +74,7 @@ def test_too_little_space_prunes_early_then_refuses_before_writing(tmp_path, lea
         used = directory_bytes(run.checkpoints)
         return Usage(int(capacity[0]), used, int(capacity[0] - used))
 
-    monkeypatch.setattr("agentrl.run_state.shutil.disk_usage", disk_usage)
+    monkeypatch.setattr("agentrl.runs.directory.shutil.disk_usage", disk_usage)
     # two checkpoints leave half of one free: iter_000001, which keep=2 drops after the write
     # anyway, goes first; then iteration 3 fits
     run.save(TrainerState(iteration=3), learner)

@@ -13,7 +13,7 @@ import torch
 
 from agentrl.estimators import compute_advantages, registered_names
 from agentrl.learner.engine import Learner
-from agentrl.run_state import RunDirectory, TrainerState
+from agentrl.runs.directory import RunDirectory, TrainerState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "learner"))
 from tiny_setup import learner_config, step_batch, write_tiny_model  # noqa: E402
@@ -23,7 +23,7 @@ CHILD = textwrap.dedent("""
     sys.path.insert(0, {learner_tests!r})
     from tiny_setup import learner_config, step_batch
     from agentrl.learner.engine import Learner
-    from agentrl.run_state import RunDirectory, TrainerState
+    from agentrl.runs.directory import RunDirectory, TrainerState
 
     cfg = learner_config()
     cfg.trainer.output_dir, cfg.trainer.run_name = {out!r}, "run"

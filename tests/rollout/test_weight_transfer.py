@@ -1,4 +1,4 @@
-"""Packing weights into flat byte buckets for the rollout workers (agentrl.rollout.weight_transfer)."""
+"""Packing weights into flat byte buckets for the rollout workers (agentrl.weights.transfer)."""
 
 import pickle
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.rollout.weight_transfer import ALIGN, as_buckets, pack_weights, unpack_weights
+from agentrl.weights.transfer import ALIGN, as_buckets, pack_weights, unpack_weights
 
 
 def mixed_weights():

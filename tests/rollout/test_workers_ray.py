@@ -11,7 +11,7 @@ import torch
 from agentrl.envs import TaskRef, make_env
 from agentrl.models import build_tiny_model
 from agentrl.rollout.validation import validate
-from agentrl.rollout.weight_transfer import WeightBroadcast, broadcast_layout, pack_weights
+from agentrl.weights.transfer import WeightBroadcast, broadcast_layout, pack_weights
 from agentrl.rollout.workers import RolloutWorkerGroup, default_torch_threads, split_evenly
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
@@ -61,7 +61,7 @@ def test_rollout_torch_threads_sets_each_workers_threads(ray_cluster, tiny_model
     cfg = rollout_config(max_response_tokens=6, max_prompt_tokens=1024, prompt_truncation="left", torch_threads=3)
     with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=1, worker_num_cpus=0.5, env_num_cpus=0.5) as group:
         assert ray.get([w.torch_threads.remote() for w in group.workers]) == [3]
-        # flushed before torch made the worker's 3 threads, so in all of them (agentrl.denormals)
+        # flushed before torch made the worker's 3 threads, so in all of them (agentrl.runtime.denormals)
         assert ray.get([w.denormals_flushed.remote() for w in group.workers]) == [True]
 
 
@@ -106,7 +106,7 @@ def test_weights_broadcast_from_rank_zero_to_every_worker(ray_cluster, tiny_mode
     """rollout.weight_sync=broadcast: this process plays the learner's rank 0 of a group of its own
     with the two workers (gloo on CPU; NCCL on GPUs), sends new weights in several buckets, and the
     workers generate with exactly those weights."""
-    from agentrl.rendezvous import reserve_store
+    from agentrl.runtime.rendezvous import reserve_store
 
     tasks = [TaskRef("depth2", 1), TaskRef("depth2", 2)]
     with _group(tiny_model_dir, "textcraft") as group:

@@ -34,7 +34,7 @@ def run(args) -> int:
     ckpt = _checkpoint_dir(Path(options["checkpoint"]).expanduser())
     run_dir = ckpt.parent.parent
     from agentrl.config import load_config
-    from agentrl.run_state import TrainerState
+    from agentrl.runs.directory import TrainerState
 
     config_file = run_dir / "config.yaml"
     if not config_file.is_file():

@@ -17,9 +17,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     recipe, cfg = resolve(args, DEFAULT_TRAIN_RECIPE)
     from agentrl.warmstart.starting_policy import initial_model
-    from agentrl.run_state import RunDirectory
+    from agentrl.runs.directory import RunDirectory
     from agentrl.warmstart.sft import run_sft
-    from agentrl.tracking import Tracker
+    from agentrl.runs.tracking import Tracker
 
     run_dir = RunDirectory.create(cfg, recipe)
     tracker = Tracker(run_dir.path, cfg.logging, run_dir.name)

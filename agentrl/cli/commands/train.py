@@ -23,7 +23,7 @@ def run(args) -> int:
     recipe, cfg = resolve(args, DEFAULT_TRAIN_RECIPE)
     require_inputs(cfg)
     require_hardware(cfg, recipe)
-    from agentrl.trainer import train
+    from agentrl.training.trainer import train
 
     summary = train(cfg, recipe)
     print(json.dumps(summary, indent=2))

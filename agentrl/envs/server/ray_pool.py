@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from agentrl.envs.server.pool import EnvPool, shard_sizes
-from agentrl.ray_start import placed
+from agentrl.runtime.ray_start import placed
 
 
 class EnvPoolActor:

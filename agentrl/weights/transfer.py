@@ -205,7 +205,7 @@ class WeightBroadcast:
     """One process group between the learner's rank 0 (rank 0) and the rollout workers (ranks 1..W).
 
     Built with its own ``TCPStore`` at ``host:port`` (rank 0 serves it: the one
-    :func:`agentrl.rendezvous.reserve_store` bound in its process, if any), so it lives beside the
+    :func:`agentrl.runtime.rendezvous.reserve_store` bound in its process, if any), so it lives beside the
     learner's training group; every member must construct it at about the same time (each waits
     for the others up to ``timeout_s``). NCCL when ``device`` is ``cuda``, gloo otherwise.
     """
@@ -215,7 +215,7 @@ class WeightBroadcast:
 
         import torch.distributed as dist
 
-        from agentrl.rendezvous import store_at
+        from agentrl.runtime.rendezvous import store_at
 
         self.rank, self.world_size = rank, world_size
         self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")

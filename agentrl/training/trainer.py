@@ -20,7 +20,7 @@
         log / validate / checkpoint (with the rollout buffer in one_step_off / async)
 
 Components live elsewhere (``agentrl.rollout``, ``agentrl.learner``, ``agentrl.estimators``);
-run-directory bookkeeping (checkpoints, resume) is in :mod:`agentrl.run_state`.
+run-directory bookkeeping (checkpoints, resume) is in :mod:`agentrl.runs.directory`.
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ from pathlib import Path
 from typing import Any, Optional
 
 from agentrl.config import Config, config_to_dict
-from agentrl.denormals import warn_unless_flushed
+from agentrl.runtime.denormals import warn_unless_flushed
 from agentrl.errors import UsageError
 from agentrl.estimators import Estimator, estimator_from_config, registered_names
-from agentrl.ray_start import start_ray
+from agentrl.runtime.ray_start import start_ray
 from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.workers import RolloutHangError
 from agentrl.rollout.guidance import sampled_rows_of_guided_groups
-from agentrl.run_state import CheckpointNotWritten, RunDirectory, TrainerState
-from agentrl.task_schedule import TaskSchedule
-from agentrl.tracking import GpuMemory, Phases, Tracker
+from agentrl.runs.directory import CheckpointNotWritten, RunDirectory, TrainerState
+from agentrl.runs.task_schedule import TaskSchedule
+from agentrl.runs.tracking import GpuMemory, Phases, Tracker
 
 
 def rollout_hidden_layer(cfg: Config, estimator: Estimator) -> int | None:
@@ -236,7 +236,7 @@ class Trainer:
                                           thread_shares=cfg.rollout.num_workers + 1 if overlapped else None,
                                           worker_resources=cfg.placement.rollout, env_resources=cfg.placement.env)
         if device == "cuda":
-            from agentrl.rollout.weight_transfer import device_uuid
+            from agentrl.weights.transfer import device_uuid
 
             self.weight_sync = weight_sync_path(cfg, device, device_uuid(), self.rollout.gpu_uuids())
         else:
@@ -256,7 +256,7 @@ class Trainer:
 
     def warn_if_local_learner_keeps_denormals(self) -> None:
         """A one-rank CPU learner runs in this process: warn when its floats are not flushed (the
-        agentrl command flushes them; Ray learner ranks flush their own, agentrl.denormals)."""
+        agentrl command flushes them; Ray learner ranks flush their own, agentrl.runtime.denormals)."""
         if self.learner_device() == "cpu" and self.cfg.learner.num_ranks == 1:
             warn_unless_flushed()
 
@@ -472,7 +472,7 @@ class Trainer:
         can be saved, so stop with one line naming the lost node and the last complete checkpoint."""
         from ray.exceptions import RayActorError
 
-        from agentrl.ray_start import lost_node_text
+        from agentrl.runtime.ray_start import lost_node_text
 
         what = lost_node_text(err)
         if not isinstance(err, RayActorError) and not what.startswith("lost "):

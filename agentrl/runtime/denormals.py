@@ -52,7 +52,7 @@ def warn_unless_flushed() -> None:
     if keep_denormals() or denormals_flushed():
         return
     warnings.warn("denormal floats are not flushed in this process, which can make a trained model's CPU update "
-                  "~1.5x slower: call agentrl.denormals.flush_denormals() at the top of your script, before any "
+                  "~1.5x slower: call agentrl.runtime.denormals.flush_denormals() at the top of your script, before any "
                   "torch work, as the agentrl commands do (or set "
                   f"{KEEP_ENV}=1 to keep denormals on purpose)", RuntimeWarning, stacklevel=3)
 
