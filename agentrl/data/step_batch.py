@@ -30,6 +30,10 @@ success             bool [N]          the trajectory won (same on every row of i
 action_valid        bool [N]          the response parsed into a valid action
 is_expert           bool [N]          an expert-guided step: the env's solver chose it, nothing sampled it
 policy_version      int64 [N]         the policy version (learner updates applied) that generated the step
+                                      (its first token, when weights changed during the response)
+response_versions   int64 [N, R]      optional: the policy version of each response token, when new weights
+                                      reached the backend between two tokens of some response (None: every
+                                      token is its row's ``policy_version``)
 anchor_obs          list[str]         raw env observation the step acted on (no prompt template)
 anchor_key          int64 [N]         optional: the collector's number for anchor_obs inside the row's group
                                       (equal strings of a group, equal keys; see below)
@@ -71,9 +75,10 @@ REQUIRED_TENSORS = (
     "rollout_logprobs", "env_reward", "invalid_penalty", "noop_penalty", "done", "episode_return", "success",
     "action_valid", "is_expert", "policy_version",
 )
-OPTIONAL_TENSORS = ("hidden", "old_logprobs", "ref_logprobs", "advantages", "anchor_key")
+OPTIONAL_TENSORS = ("hidden", "old_logprobs", "ref_logprobs", "advantages", "anchor_key", "response_versions")
 STRING_COLUMNS = ("anchor_obs", "action", "task_type")
-TOKEN_COLUMNS = ("prompt_ids", "response_ids", "response_mask", "rollout_logprobs", "old_logprobs", "ref_logprobs")
+TOKEN_COLUMNS = ("prompt_ids", "response_ids", "response_mask", "rollout_logprobs", "old_logprobs", "ref_logprobs",
+                 "response_versions")
 _DTYPES = {
     "group_id": torch.int64, "traj_id": torch.int64, "step": torch.int64, "prompt_ids": torch.int64,
     "prompt_lengths": torch.int64, "response_ids": torch.int64, "response_mask": torch.float32,
@@ -81,7 +86,7 @@ _DTYPES = {
     "noop_penalty": torch.float32, "done": torch.bool, "episode_return": torch.float32, "success": torch.bool,
     "action_valid": torch.bool, "is_expert": torch.bool, "policy_version": torch.int64,
     "hidden": torch.float32, "old_logprobs": torch.float32, "ref_logprobs": torch.float32,
-    "advantages": torch.float32, "anchor_key": torch.int64,
+    "advantages": torch.float32, "anchor_key": torch.int64, "response_versions": torch.int64,
 }
 
 
@@ -129,6 +134,7 @@ class StepBatch:
     ref_logprobs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     anchor_key: torch.Tensor | None = None
+    response_versions: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     pad_id: int = 0
 
@@ -152,8 +158,9 @@ class StepBatch:
         for name, value in self.extras.items():
             if value.shape[0] != n:
                 raise ValueError(f"StepBatch.extras[{name!r}] has {value.shape[0]} rows, expected {n}")
-        for a, b in (("prompt_ids", None), ("response_ids", "response_mask"), ("response_ids", "rollout_logprobs")):
-            if b is not None and getattr(self, a).shape != getattr(self, b).shape:
+        for a, b in (("response_ids", "response_mask"), ("response_ids", "rollout_logprobs"),
+                     ("response_ids", "response_versions")):
+            if getattr(self, b) is not None and getattr(self, a).shape != getattr(self, b).shape:
                 raise ValueError(f"StepBatch.{a} {tuple(getattr(self, a).shape)} and {b} "
                                  f"{tuple(getattr(self, b).shape)} must have the same shape")
 
@@ -234,6 +241,10 @@ class StepBatch:
             kwargs["advantages"] = torch.tensor(col["advantages"], dtype=torch.float32)
         if "anchor_key" in col and all(v is not None for v in col["anchor_key"]):
             kwargs["anchor_key"] = torch.tensor(col["anchor_key"], dtype=torch.int64)
+        if any(v is not None for v in col.get("response_versions", ())):
+            versions = [v if v is not None else [version] * len(r) for v, r, version
+                        in zip(col["response_versions"], response, kwargs["policy_version"].tolist())]
+            kwargs["response_versions"] = _pad_2d(versions, torch.int64, 0)
         return cls(**kwargs)
 
     # ----- basic properties ----------------------------------------------------------------------
@@ -290,6 +301,8 @@ class StepBatch:
         """
         if not batches:
             raise ValueError("StepBatch.concat needs at least one batch")
+        if any(b.response_versions is not None for b in batches):
+            batches = [b.with_response_versions() for b in batches]
         first = batches[0]
         keys = set(first._tensor_items())
         for b in batches[1:]:
@@ -315,6 +328,19 @@ class StepBatch:
         return dataclasses.replace(self, anchor_key=torch.tensor(number_in_groups(self.group_id.tolist(),
                                                                                   self.anchor_obs)),
                                    extras=dict(self.extras))
+
+    def with_response_versions(self) -> "StepBatch":
+        """A copy whose ``response_versions`` is filled (each token its row's ``policy_version`` where it
+        was None), e.g. to concatenate it with a batch that has one."""
+        if self.response_versions is not None:
+            return self
+        versions = self.policy_version.unsqueeze(1).expand(-1, self.response_ids.shape[1]).clone()
+        return dataclasses.replace(self, response_versions=versions, extras=dict(self.extras))
+
+    def token_versions(self) -> torch.Tensor:
+        """int64 [N, R]: the policy version of every response token (``response_versions``, or each
+        row's ``policy_version``)."""
+        return self.with_response_versions().response_versions
 
     def offset_ids(self, traj_offset: int, group_offset: int) -> "StepBatch":
         """A copy with ``traj_id``/``group_id`` shifted (to concatenate independent rollouts)."""

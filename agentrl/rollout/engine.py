@@ -48,16 +48,16 @@ episodes in one call raise :class:`EnvFailureLimitError`.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
-from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
+from agentrl.rollout.episode import Episode, EpisodeResult, StepReward
 from agentrl.rollout.guidance import all_failed_groups, play_guided_episodes
 from agentrl.rollout.parsing import parse_response
 from agentrl.rollout.prompts import History, build_prompt_text, render_chat
-from agentrl.rollout.prompts import task_text as prompt_task_text
 
 _SEED_MASK = (1 << 62) - 1
 
@@ -70,47 +70,8 @@ class EnvFailureLimitError(RuntimeError):
     """More episodes of one rollout failed in their environments than ``rollout.max_env_failures``."""
 
 
-@dataclass(frozen=True)
-class StepReward:
-    """The parts of one step's reward, as the StepBatch stores them."""
-
-    env_reward: float
-    invalid_penalty: float = 0.0
-    noop_penalty: float = 0.0
-
-    @property
-    def total(self) -> float:
-        return self.env_reward - self.invalid_penalty - self.noop_penalty
-
-    def columns(self) -> dict[str, float]:
-        return {"env_reward": self.env_reward, "invalid_penalty": self.invalid_penalty,
-                "noop_penalty": self.noop_penalty}
-
-
 RERUN_WAVE_STRIDE = 1000   # a re-run wave samples with seeds of its own
 RERUN_PAUSE_S = 0.5        # pause before the first re-run wave; doubled for each further one (max 5 s)
-
-
-@dataclass
-class EpisodeResult:
-    """What one trajectory did (metrics, evaluation tables)."""
-
-    group_id: int
-    traj_id: int
-    task: TaskRef
-    task_type: str
-    won: bool
-    episode_return: float
-    length: int
-    invalid_actions: int
-    env_error: str | None = None
-    score: float | None = None                      # info["task_score"] at the last step, if any
-    transcript: list[dict[str, Any]] | None = None  # only with record_transcripts=True
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["task"] = self.task.to_dict()
-        return out
 
 
 @dataclass
@@ -196,6 +157,37 @@ class Activity:
     doing: str = "idle"
     since: float = field(default_factory=time.monotonic)
     env: bool = False       # waiting on the environments (else on the policy or itself)
+
+
+COUNTERS = ("env_steps", "generated_tokens", "prompt_tokens", "truncated_prompts", "max_prompt_tokens",
+            "invalid_actions", "noop_actions", "env_errors")
+TIMES = ("generate_s", "env_s", "prompt_s")
+
+
+@dataclass
+class Tally:
+    """Counters and seconds of a stretch of rollout work (``RolloutResult.stats``)."""
+
+    counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS + TIMES, 0.0))
+
+    def add(self, key: str, value: float) -> None:
+        self.counts[key] = max(self.counts[key], value) if key.startswith("max_") else self.counts[key] + value
+
+    def timed(self, key: str, since: float) -> None:
+        self.counts[key] += time.perf_counter() - since
+
+    def drain(self) -> dict[str, float]:
+        counts, self.counts = self.counts, dict.fromkeys(COUNTERS + TIMES, 0.0)
+        return counts
+
+
+def token_versions(generation: Generation, version: int) -> list[int] | None:
+    """The policy version of each token of ``generation`` when weights changed during it (a backend
+    that loads weights between tokens reports them), else None: every token is ``version``'s."""
+    versions = getattr(generation, "versions", None)
+    if versions is None or all(v == version for v in versions):
+        return None
+    return list(versions)
 
 
 class RolloutEngine:
@@ -365,112 +357,74 @@ class RolloutEngine:
             time.sleep(min(RERUN_PAUSE_S * 2 ** (attempt - 1), 5.0))
         return parts
 
+    # ----- episodes ---------------------------------------------------------------------------------
+    def start_episodes(self, slots: Sequence[tuple[TaskRef, int, int, int]], tally: Tally) -> list[Episode]:
+        """Reset the instance of each ``(task, group_id, traj_id, instance_id)`` and start an episode
+        on it (a failed reset gives an episode that is already done, with its error)."""
+        t0 = time.perf_counter()
+        resets = self.reset_instances([(iid, task) for task, _, _, iid in slots])
+        tally.timed("env_s", t0)
+        tally.add("env_errors", sum(not r.ok for r in resets))
+        return [Episode.started(task, group_id, traj_id, iid, reset, self.record_transcripts)
+                for (task, group_id, traj_id, iid), reset in zip(slots, resets)]
+
+    def advance(self, episodes: Sequence[Episode], sampling: SamplingParams, tally: Tally) -> None:
+        """One step of every episode in ``episodes`` (none of them done): their prompts, one generate
+        call, one batched env step, one record each."""
+        t0 = time.perf_counter()
+        prompts, truncated = self.encode_prompts([e.prompt_text(self) for e in episodes])
+        tally.timed("prompt_s", t0)
+        t0 = time.perf_counter()
+        if self.before_generate is not None:
+            self.before_generate()
+        version = self.policy_version     # the weights that generate this step (its first token, at least)
+        self.mark(f"generating step {min(e.length for e in episodes)} for {len(prompts)} episodes (env instances "
+                  f"{id_ranges([e.instance_id for e in episodes])})")
+        generations = self.backend.generate(prompts, sampling)
+        tally.timed("generate_s", t0)
+        responses = self.tokenizer.batch_decode([g.token_ids for g in generations], skip_special_tokens=True)
+        parsed = [parse_response(r, self.env_name, require_think=self.rollout_cfg.enable_thinking) for r in responses]
+        t0 = time.perf_counter()
+        results = self.step_instances([(e.instance_id, p.action) for e, p in zip(episodes, parsed)])
+        tally.timed("env_s", t0)
+        for episode, prompt, generation, response, p, result in zip(episodes, prompts, generations, responses,
+                                                                     parsed, results):
+            noop = episode.take_step(self, prompt, generation, response, p, result, version,
+                                     token_versions(generation, version))
+            tally.add("noop_actions", noop)
+        tally.add("env_steps", len(episodes))
+        tally.add("generated_tokens", sum(len(g.token_ids) for g in generations))
+        tally.add("prompt_tokens", sum(len(p) for p in prompts))
+        tally.add("max_prompt_tokens", max(len(p) for p in prompts))
+        tally.add("truncated_prompts", truncated)
+        tally.add("invalid_actions", sum(not p.valid for p in parsed))
+        tally.add("env_errors", sum(not r.ok for r in results))
+
+    def finish_episodes(self, episodes: Sequence[Episode]) -> tuple[StepBatch | None, list[EpisodeResult]]:
+        """The finished episodes' records as one batch (trajectory order; None without a record) and
+        their results."""
+        episodes = sorted(episodes, key=lambda e: e.traj_id)
+        results = [e.finish() for e in episodes]
+        records = [r for e in episodes for r in e.records]
+        return (StepBatch.from_records(records, pad_id=self.pad_id) if records else None), results
+
     def _run_wave(self, envs: list[tuple[TaskRef, int, int]], sampling: SamplingParams, seed: int,
                   wave: int) -> RolloutResult:
-        cfg, env_cfg = self.rollout_cfg, self.env_cfg
-        start = time.perf_counter()
-        timing = {"generate_s": 0.0, "env_s": 0.0, "prompt_s": 0.0}
-        ids = self.instance_ids[:len(envs)]
-        t0 = time.perf_counter()
-        resets = self.reset_instances([(iid, task) for iid, (task, _, _) in zip(ids, envs)])
-        timing["env_s"] += time.perf_counter() - t0
-        n = len(envs)
-        obs = [r.obs for r in resets]
-        anchors = list(obs)     # the observation each step acts on (StepBatch.anchor_obs)
-        info = [r.info for r in resets]
-        task_type = [str(r.info.get("task_type", "")) for r in resets]
-        histories = [History() for _ in range(n)]
-        won = [False] * n
-        returns = [0.0] * n
-        invalid = [0] * n
-        length = [0] * n
-        errors: list[str | None] = [r.error for r in resets]
-        transcripts: list[list[dict[str, Any]]] | None = [[] for _ in range(n)] if self.record_transcripts else None
-        active = [i for i in range(n) if resets[i].ok]
-        records: list[dict[str, Any]] = []
-        counters = {"env_steps": 0, "generated_tokens": 0, "prompt_tokens": 0, "truncated_prompts": 0,
-                    "max_prompt_tokens": 0, "invalid_actions": 0, "noop_actions": 0, "env_errors": sum(e is not None for e in errors)}
+        """The episodes of ``envs`` (task, group id, trajectory id) started together on the first
+        instances, advanced together until every one is done."""
+        start, tally = time.perf_counter(), Tally()
+        slots = [(task, group_id, traj_id, iid) for (task, group_id, traj_id), iid in zip(envs, self.instance_ids)]
+        episodes = self.start_episodes(slots, tally)
+        active = [e for e in episodes if not e.done]
         step = 0
-        while active and step < env_cfg.max_steps:
-            t0 = time.perf_counter()
-            texts = [self.prompt_text(prompt_task_text(self.env_name, resets[i].obs, resets[i].info, info[i]),
-                                      obs[i], histories[i], info[i].get("admissible_actions") or []) for i in active]
-            prompts, truncated = self.encode_prompts(texts)
-            timing["prompt_s"] += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            if self.before_generate is not None:
-                self.before_generate()
-            version = self.policy_version     # the weights that generate this step
-            self.mark(f"generating step {step} for {len(prompts)} episodes (env instances "
-                      f"{id_ranges([ids[i] for i in active])})")
-            generations = self.backend.generate(prompts, sampling.with_seed(step_seed(sampling.seed, wave, step)))
-            timing["generate_s"] += time.perf_counter() - t0
-            responses = self.tokenizer.batch_decode([g.token_ids for g in generations], skip_special_tokens=True)
-            parsed = [parse_response(r, self.env_name, require_think=cfg.enable_thinking) for r in responses]
-            response_of = dict(zip(active, responses)) if transcripts is not None else {}
-            t0 = time.perf_counter()
-            results = self.step_instances([(ids[i], p.action) for i, p in zip(active, parsed)])
-            timing["env_s"] += time.perf_counter() - t0
-            still_active = []
-            for i, prompt, gen, p, res in zip(active, prompts, generations, parsed, results):
-                won_now = bool(res.info.get("won", False))
-                noop = p.valid and res.ok and bool(res.info.get("noop"))
-                reward = self.step_reward(won_now, won[i], res.reward, p.valid, noop)
-                counters["noop_actions"] += noop
-                invalid[i] += not p.valid
-                done = res.done or not res.ok or step + 1 >= env_cfg.max_steps
-                task, group_id, traj_id = envs[i]
-                records.append({
-                    "group_id": group_id, "traj_id": traj_id, "step": step, "prompt_ids": prompt,
-                    "response_ids": gen.token_ids, "response_mask": [1.0] * len(gen.token_ids),
-                    "rollout_logprobs": gen.logprobs, **reward.columns(), "done": done, "anchor_obs": anchors[i],
-                    "action": p.action if p.valid else "", "action_valid": p.valid, "task_type": task_type[i],
-                    "policy_version": version,
-                    "hidden": gen.hidden,   # None unless the backend records hidden states (RowInputs)
-                })
-                won[i] = won_now
-                returns[i] += reward.total
-                length[i] += 1
-                if not res.ok:
-                    errors[i] = res.error
-                if transcripts is not None:
-                    transcripts[i].append({"observation": obs[i], "response": response_of[i],
-                                           "action": p.action, "valid": p.valid, "reward": reward.total})
-                histories[i].add(obs[i], p.action)
-                obs[i], info[i] = res.obs, res.info
-                anchors[i] = res.obs
-                if not done:
-                    still_active.append(i)
-            counters["env_steps"] += len(active)
-            counters["generated_tokens"] += sum(len(g.token_ids) for g in generations)
-            counters["prompt_tokens"] += sum(len(p) for p in prompts)
-            counters["max_prompt_tokens"] = max(counters["max_prompt_tokens"], max(len(p) for p in prompts))
-            counters["truncated_prompts"] += truncated
-            counters["invalid_actions"] += sum(not p.valid for p in parsed)
-            counters["env_errors"] += sum(not r.ok for r in results)
-            active = still_active
+        while active and step < self.env_cfg.max_steps:
+            self.advance(active, sampling.with_seed(step_seed(sampling.seed, wave, step)), tally)
+            active = [e for e in active if not e.done]
             step += 1
-        slot_of = {traj_id: i for i, (_, _, traj_id) in enumerate(envs)}
-        for r in records:
-            k = slot_of[r["traj_id"]]
-            r["success"], r["episode_return"] = won[k], returns[k]
-        records.sort(key=lambda r: (r["traj_id"], r["step"]))
-        if transcripts is not None:
-            for i in range(n):
-                transcripts[i].append({"observation": obs[i]})  # what the episode ended on
-        episodes = [EpisodeResult(g, t, task, task_type[i], won[i], returns[i], length[i], invalid[i], errors[i],
-                                  score=_task_score(info[i]),
-                                  transcript=transcripts[i] if transcripts is not None else None)
-                    for i, (task, g, t) in enumerate(envs)]
-        stats = {**counters, **timing, "episodes": n, "rollout_s": time.perf_counter() - start}
-        batch = StepBatch.from_records(records, pad_id=self.pad_id) if records else None
-        return RolloutResult(batch, episodes, stats)
+        batch, results = self.finish_episodes(episodes)
+        stats = {**tally.drain(), "episodes": len(envs), "rollout_s": time.perf_counter() - start}
+        return RolloutResult(batch, results, stats)
 
 
-def _task_score(info: dict[str, Any]) -> float | None:
-    value = info.get("task_score") if info else None
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-__all__ = ["Activity", "EnvFailureLimitError", "EpisodeResult", "PromptTooLongError", "RolloutEngine", "RolloutResult", "StepReward",
-           "make_sampling_params", "step_seed"]
+__all__ = ["Activity", "EnvFailureLimitError", "Episode", "EpisodeResult", "PromptTooLongError", "RolloutEngine",
+           "RolloutResult", "StepReward", "Tally", "make_sampling_params", "step_seed"]

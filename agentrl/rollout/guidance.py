@@ -74,15 +74,16 @@ def expert_response(env_name: str, action: str, think: bool) -> str:
     return format_response(shown, thought)
 
 
-def play_guided_episodes(engine, groups: Sequence[tuple[TaskRef, int]]) -> tuple[StepBatch | None, dict[str, float]]:
-    """Step records of the expert's episode for each ``(task, group_id)``, played on the engine's
-    env instances (waves of as many as it has), and counters."""
+def play_guided_episodes(engine, groups: Sequence[tuple[TaskRef, int]], instance_ids: Sequence[int] | None = None
+                         ) -> tuple[StepBatch | None, dict[str, float]]:
+    """Step records of the expert's episode for each ``(task, group_id)``, played on ``instance_ids``
+    (default: all the engine's env instances; waves of as many as there are), and counters."""
     records: list[dict[str, Any]] = []
     stats = {"guided_groups": float(len(groups)), "guided_episodes": 0.0, "guided_steps": 0.0,
              "guided_dropped": 0.0}
-    width = len(engine.instance_ids)
-    for first in range(0, len(groups), width):
-        wave_records, wave_stats = _play_wave(engine, list(groups[first:first + width]))
+    ids = list(engine.instance_ids if instance_ids is None else instance_ids)
+    for first in range(0, len(groups), len(ids)):
+        wave_records, wave_stats = _play_wave(engine, list(groups[first:first + len(ids)]), ids)
         records.extend(wave_records)
         for key, value in wave_stats.items():
             stats[key] += value
@@ -91,9 +92,10 @@ def play_guided_episodes(engine, groups: Sequence[tuple[TaskRef, int]]) -> tuple
     return StepBatch.from_records(records, pad_id=engine.pad_id), stats
 
 
-def _play_wave(engine, groups: list[tuple[TaskRef, int]]) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def _play_wave(engine, groups: list[tuple[TaskRef, int]], instance_ids: Sequence[int]
+               ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     cfg, env_cfg = engine.rollout_cfg, engine.env_cfg
-    ids = engine.instance_ids[:len(groups)]
+    ids = list(instance_ids[:len(groups)])
     resets = engine.reset_instances([(iid, task) for iid, (task, _) in zip(ids, groups)])
     live = [i for i, r in enumerate(resets) if r.ok]
     try:

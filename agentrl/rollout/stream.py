@@ -125,20 +125,19 @@ class GroupBuffer:
         self.groups.extend(split_groups(call_id, result))
         self.stats = add_stats(self.stats, result.stats)
 
-    def take(self, count: int, version: int, max_staleness: int) -> tuple[list[Group], list[int], int]:
-        """The oldest ``count`` fresh groups (fewer if the buffer has fewer), their staleness, and how
-        many stale groups were dropped on the way."""
-        taken, staleness, dropped = [], [], 0
-        while self.groups and len(taken) < count:
-            group = self.groups.popleft()
-            age = version - group.oldest_version
-            if age > max_staleness:
-                dropped += 1
-                continue
-            taken.append(group)
-            staleness.append(age)
+    def drop_stale(self, version: int, max_staleness: int) -> int:
+        """Drop every group more than ``max_staleness`` versions behind ``version`` (it only gets older);
+        how many were dropped."""
+        fresh = deque(g for g in self.groups if version - g.oldest_version <= max_staleness)
+        dropped = len(self.groups) - len(fresh)
+        self.groups = fresh
         self.dropped_total += dropped
-        return taken, staleness, dropped
+        return dropped
+
+    def take(self, count: int, version: int) -> tuple[list[Group], list[int]]:
+        """The oldest ``count`` groups (fewer if the buffer has fewer) and their staleness at ``version``."""
+        taken = [self.groups.popleft() for _ in range(min(count, len(self.groups)))]
+        return taken, [version - g.oldest_version for g in taken]
 
     def drain_stats(self) -> dict[str, float]:
         stats, self.stats = self.stats, {}
@@ -242,27 +241,27 @@ class RolloutStream:
     def next_batch(self, version: int, max_staleness: int) -> TakenBatch:
         """``tasks_per_call`` fresh groups for the learner at policy ``version``: waits for calls in
         order; stale groups are dropped, and when the calls in flight cannot replace them the next
-        call is submitted (it runs on the newest weights)."""
+        call is submitted (it runs on the newest weights). Groups leave the buffer only once all of
+        them are there: a call that fails while this waits leaves the buffer as it was (minus stale
+        groups), so a checkpoint written then still holds every group."""
         start = time.perf_counter()
-        taken, staleness, dropped = [], [], 0
-        replacement = None
-        while True:
-            self.collect_done()
-            groups, ages, gone = self.buffer.take(self.tasks_per_call - len(taken), version, max_staleness)
-            taken += groups
-            staleness += ages
-            dropped += gone
-            if len(taken) == self.tasks_per_call:
-                break
+        dropped = self.buffer.drop_stale(version, max_staleness)
+        replacement, dropped_since = None, 0
+        while len(self.buffer) < self.tasks_per_call:
             if not self.in_flight:
-                if replacement is not None and replacement < self.next_call and gone:
+                if replacement is not None and dropped_since:
                     raise RuntimeError(f"rollout call {replacement} was submitted at learner version {version} and "
                                        f"still gave groups more than {max_staleness} versions older: the rollout "
                                        "workers did not receive the learner's weights")
-                replacement = self.next_call
+                replacement, dropped_since = self.next_call, 0
                 self.submit(self.spec(self.next_call))
                 self.next_call += 1
             self.collect(wait=True)
+            self.collect_done()
+            gone = self.buffer.drop_stale(version, max_staleness)
+            dropped += gone
+            dropped_since += gone
+        taken, staleness = self.buffer.take(self.tasks_per_call, version)
         waited = time.perf_counter() - start
         result = merge_groups(taken, self.buffer.drain_stats())
         return TakenBatch(result, staleness, dropped, waited, len(self.buffer), self.buffer.dropped_total)

@@ -59,6 +59,7 @@ def default_torch_threads(num_workers: int) -> int:
 
 
 WEIGHTS_GROUP = "weights"   # the Ray concurrency group of weight loads: they reach a worker during a rollout
+STREAM_GROUP = "stream"     # the Ray concurrency group that feeds a serving worker groups and takes them back
 STATUS_TIMEOUT_S = 30.0     # at most this long for a status answer (at least 5 s, else the hang timeout)
 
 
@@ -119,6 +120,14 @@ class RolloutWorker:
         self._staged: StagedWeights | None = None
         self._last_finished: float | None = None
         self.engine.before_generate = self._load_staged_weights
+        if getattr(rollout_cfg, "weights_between_tokens", False) and self.backend.loads_weights_between_tokens:
+            self.backend.weights_between_tokens = self._load_staged_between_tokens
+        # streaming (serve_groups): groups given to this worker, groups it finished, and the stop flag
+        self._stream = threading.Condition()
+        self._inbox: list = []
+        self._outbox: list[RolloutResult] = []
+        self._stop_serving = False
+        self._serving = False
 
     def ready(self) -> bool:
         return True
@@ -177,6 +186,13 @@ class RolloutWorker:
         with self._weights_lock:
             self._load_staged_locked()
 
+    def _load_staged_between_tokens(self) -> int:
+        """Between two tokens of a generate call: load weights that arrived; the version now running."""
+        with self._weights_lock:
+            if self._staged is not None:
+                self._load_staged_locked()
+            return self.engine.policy_version
+
     def _load_staged_locked(self) -> None:
         staged, self._staged = self._staged, None
         if staged is None:
@@ -216,6 +232,80 @@ class RolloutWorker:
         """Receive one broadcast of the learner's weights (straight into this worker's device) and load
         them (at the next step boundary when a rollout runs)."""
         self._take_weights(self.broadcast.receive(layout), version)
+
+    # ----- streaming: whole groups handed back as they finish (trainer.mode=async) ------------------
+    def serve_groups(self, sampling: SamplingParams, group_size: int, seed: int, expert_guidance: bool = False,
+                     failure_block: int = 0) -> list:
+        """Play the groups :meth:`add_groups` gives, starting each as env instances free up
+        (:class:`~agentrl.rollout.group_pool.GroupPool`), until :meth:`stop_serving`; the finished ones
+        wait for :meth:`take_groups`. Returns the groups given but not started (after finishing the
+        ones that had started)."""
+        from agentrl.rollout.group_pool import GroupPool
+
+        flush_denormals()
+        pool = GroupPool(self.engine, group_size, sampling, seed, expert_guidance=expert_guidance,
+                         failure_block=failure_block)
+        with self._stream:
+            self._stop_serving, self._serving = False, True
+        unstarted: list = []
+        try:
+            while True:
+                with self._stream:
+                    pool.add(self._inbox)
+                    self._inbox = []
+                    stopping = self._stop_serving
+                    if stopping:
+                        unstarted += pool.take_waiting()
+                    if not pool.busy and not pool.waiting:
+                        if stopping:
+                            break
+                        self._stream.wait(timeout=0.2)
+                        continue
+                with self._weights_lock:
+                    self._rolling_out = True
+                try:
+                    finished = pool.step()
+                finally:
+                    if not pool.busy:
+                        with self._weights_lock:
+                            self._rolling_out = False
+                            self._load_staged_locked()
+                        self.engine.mark("idle")
+                if finished:
+                    stats = pool.drain_stats()
+                    finished[0].stats = {**stats, **finished[0].stats}
+                    with self._stream:
+                        self._outbox.extend(finished)
+                        self._stream.notify_all()
+            return unstarted
+        finally:
+            with self._weights_lock:
+                self._rolling_out = False
+            with self._stream:
+                self._serving = False
+                self._stream.notify_all()
+
+    def add_groups(self, specs: list) -> None:
+        """Groups (:class:`~agentrl.rollout.group_pool.GroupSpec`) for :meth:`serve_groups` to play."""
+        with self._stream:
+            self._inbox.extend(specs)
+            self._stream.notify_all()
+
+    def take_groups(self, wait_s: float) -> list[RolloutResult]:
+        """The groups finished since the last call, waiting up to ``wait_s`` for at least one (less when
+        serving ends)."""
+        deadline = time.monotonic() + wait_s
+        with self._stream:
+            while not self._outbox and self._serving and time.monotonic() < deadline:
+                self._stream.wait(timeout=max(0.0, deadline - time.monotonic()))
+            taken, self._outbox = self._outbox, []
+        return taken
+
+    def stop_serving(self) -> None:
+        """Ask :meth:`serve_groups` to finish the groups it started and return the others."""
+        with self._stream:
+            self._stop_serving = True
+            self._stream.notify_all()
 
     def gpu_uuid(self) -> str | None:
         """The UUID of the GPU this worker's backend runs on (None on CPU)."""
@@ -285,7 +375,7 @@ class RolloutWorkerGroup:
             torch_threads = int(getattr(rollout_cfg, "torch_threads", 1))
         # weight loads run in a concurrency group of their own, so that they reach a worker while a
         # rollout call runs (trainer.mode=async); rollout calls run one at a time
-        actor_class = ray.remote(concurrency_groups={WEIGHTS_GROUP: 1})(RolloutWorker)
+        actor_class = ray.remote(concurrency_groups={WEIGHTS_GROUP: 1, STREAM_GROUP: 2})(RolloutWorker)
         self.workers = [actor_class.options(num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker,
                                             resources=placed(worker_resources, i)).remote(
                             model_dir, rollout_cfg, env_cfg, env_source, list(range(lo, hi)),

@@ -49,7 +49,8 @@ def test_take_gives_the_oldest_fresh_groups_and_drops_stale_ones():
     buffer.add(1, call_result([0, 1], {0: [0, 0, 0, 0], 1: [0, 0, 1, 1]}))
     buffer.add(2, call_result([2, 3], {2: [1] * 4, 3: [2] * 4}))
     assert len(buffer) == 4
-    taken, ages, dropped = buffer.take(2, version=3, max_staleness=2)
+    dropped = buffer.drop_stale(version=3, max_staleness=2)
+    taken, ages = buffer.take(2, version=3)
     # group 0 (versions 0..0) is 3 versions behind: dropped; group 1's oldest step is version 0 too
     assert [g.group_id for g in taken] == [2, 3] and ages == [2, 1] and dropped == 2
     assert len(buffer) == 0 and buffer.dropped_total == 2
@@ -70,10 +71,64 @@ def test_taken_batch_metrics():
     assert metrics["async/buffer_groups"] == 3 and metrics["time/learner_wait_s"] == 0.5
 
 
+class FailingCall:
+    """A rollout call that is done and raises what a failed call raises (its env servers were lost)."""
+
+    calls = ()
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        from agentrl.rollout.engine import EnvFailureLimitError
+
+        raise EnvFailureLimitError("17 textcraft episodes failed in one rollout")
+
+
+class CallsThatFailAfter:
+    """Rollout workers whose first call gives groups 0 and 1 and whose later calls fail."""
+
+    def __init__(self):
+        self.submitted = 0
+
+    def submit(self, tasks, group_size, seed, expert_guidance, first_group_id):
+        self.submitted += 1
+        if self.submitted > 1:
+            return FailingCall()
+        result = call_result([first_group_id, first_group_id + 1], {first_group_id: [0] * 4, first_group_id + 1: [0] * 4})
+
+        class Done:
+            calls = ()
+
+            def done(self):
+                return True
+
+            def result(self):
+                return result
+        return Done()
+
+
+def test_a_call_failing_while_the_learner_waits_leaves_every_group_in_the_buffer(tmp_path):
+    # iteration 1 takes call 1's groups; iteration 2 needs call 2's, which fails while the learner
+    # waits: the groups already buffered stay there, so the checkpoint written on the way out keeps them
+    workers = CallsThatFailAfter()
+    stream = RolloutStream(workers, lambda c: [TaskRef("train", 2 * c), TaskRef("train", 2 * c + 1)], lambda c: c,
+                           group_size=2, tasks_per_call=4)
+    stream.submit(stream.spec(1))
+    stream.next_call = 2
+    from agentrl.rollout.engine import EnvFailureLimitError
+
+    with pytest.raises(EnvFailureLimitError):
+        stream.next_batch(version=0, max_staleness=1)
+    assert [g.group_id for g in stream.buffer.groups] == [0, 1]
+    stream.save(tmp_path / "buffer")
+    assert len(list((tmp_path / "buffer").glob("group_*"))) == 2
+
+
 def test_buffer_saves_and_loads_whole_groups(tmp_path):
     buffer = GroupBuffer()
     buffer.add(3, call_result([4, 5], {4: [2] * 4, 5: [2, 2, 3, 3]}, guided=4))
-    buffer.take(1, version=3, max_staleness=2)
+    buffer.take(1, version=3)
     buffer.save(tmp_path)
     loaded = GroupBuffer.load(tmp_path, buffer.stats, buffer.dropped_total)
     assert [(g.call_id, g.group_id) for g in loaded.groups] == [(3, 5)]

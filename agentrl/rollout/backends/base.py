@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -68,16 +68,26 @@ class Generation:
     finish_reason: str = "length"     # "stop" (stop token or stop string) or "length"
     text: str | None = field(default=None, repr=False)
     hidden: torch.Tensor | None = field(default=None, repr=False)   # float32 [d], see record_hidden
+    # the policy version that sampled each token, from a backend that loads weights between tokens
+    # (GenerationBackend.weights_between_tokens); None when it did not ask
+    versions: list[int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):
             raise ValueError(f"{len(self.token_ids)} tokens but {len(self.logprobs)} log-probs")
+        if self.versions is not None and len(self.versions) != len(self.token_ids):
+            raise ValueError(f"{len(self.token_ids)} tokens but {len(self.versions)} versions")
 
 
 class GenerationBackend(abc.ABC):
     """A model that generates for a batch of token-id prompts."""
 
     name: str = "backend"
+    #: whether :attr:`weights_between_tokens` is called (a backend that decodes token by token here)
+    loads_weights_between_tokens: bool = False
+    #: set by the rollout worker: called between two decode steps of a generate call, it loads weights
+    #: that arrived meanwhile and returns the policy version the model now runs (``Generation.versions``)
+    weights_between_tokens: Callable[[], int] | None = None
 
     @abc.abstractmethod
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:

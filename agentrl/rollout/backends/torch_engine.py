@@ -198,6 +198,7 @@ class TorchBackend(GenerationBackend):
     """
 
     name = "torch"
+    loads_weights_between_tokens = True
 
     def __init__(self, model: torch.nn.Module, tokenizer=None, *, share_prefixes: bool = True,
                  min_shared_tokens: int = 16, prefill_chunk_tokens: int | None = None):
@@ -388,6 +389,11 @@ class TorchBackend(GenerationBackend):
         window = max((len(s) for s in sampling.stop_strings), default=0) + 1
         out_tokens: list[list[int]] = [[] for _ in range(n)]
         out_logprobs: list[list[float]] = [[] for _ in range(n)]
+        # weights that arrive during the call are loaded between two tokens; each token keeps the
+        # version of the weights whose logits it was sampled from
+        between = self.weights_between_tokens
+        version = between() if between is not None else None
+        out_versions: list[list[int]] | None = [[] for _ in range(n)] if between is not None else None
         finish = ["length"] * n
         active = list(range(n))
         for t in range(sampling.max_tokens):
@@ -398,6 +404,8 @@ class TorchBackend(GenerationBackend):
             for j, row in enumerate(active):
                 out_tokens[row].append(token_list[j])
                 out_logprobs[row].append(logprob_list[j])
+                if out_versions is not None:
+                    out_versions[row].append(version)
                 if hit_stop[j] or (sampling.stop_strings and
                                    self._stop_strings_hit(out_tokens[row], sampling.stop_strings, window)):
                     finish[row] = "stop"
@@ -414,12 +422,15 @@ class TorchBackend(GenerationBackend):
                 active = [active[j] for j in keep]
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+            if between is not None:
+                version = between()
             logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
         self._counters["calls"] += 1
         self._counters["prompts"] += n
         self._counters["seconds"] += time.perf_counter() - start
-        return [Generation(out_tokens[i], out_logprobs[i], finish[i], hidden=hidden[i] if hidden is not None else None)
+        return [Generation(out_tokens[i], out_logprobs[i], finish[i], hidden=hidden[i] if hidden is not None else None,
+                           versions=out_versions[i] if out_versions is not None else None)
                 for i in range(n)]
 
     def stats(self) -> dict[str, float]:
