@@ -144,7 +144,7 @@ def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int 
 def workload_stats(batch: StepBatch, eps: float = 0.10) -> dict[str, float]:
     """Observation-hash and BiGPO (seed centroids, radius eps) singleton rates and group sizes."""
     from agentrl.estimators import common
-    from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
+    from agentrl.estimators.builtin.bipace.clustering import greedy_cosine_clusters
 
     group, num_groups = batch.group_segments()
     anchor, num_anchor = common.anchor_segments(batch, group)
@@ -233,7 +233,7 @@ def run(args) -> int:
         for key in ("singleton_rate", "obs_hash_singleton_rate", "step_group_singleton_rate", "mean_cluster_size"):
             if key in diagnostics:
                 results[label][key] = round(diagnostics[key], 4)
-    from agentrl.estimators.bigpo_native import describe_path
+    from agentrl.estimators.builtin.bipace.kernel import describe_path
     summary = {
         "workload": workload,
         "cpu": cpu_name(), "torch_threads": torch.get_num_threads(),

@@ -12,9 +12,12 @@ the registry instead of naming an estimator. Usage::
 ``advantages`` is a float32 tensor with one value per step record (the learner broadcasts it over
 the step's response tokens); ``diagnostics`` is a dict of floats for the metrics tracker.
 
-Built in (formulas and every choice in ``docs/estimators.md``): ``grpo``, ``rloo``,
-``reinforce_pp`` (REINFORCE++-baseline), ``gigpo``, ``gagpo``, ``bipace``. A user's estimator is
-loaded by import path, ``algorithm.estimator=my_package.my_module:MyEstimator``.
+Built in (formulas and every choice in ``docs/estimators.md``), one module or subpackage each
+in :mod:`agentrl.estimators.builtin`: ``grpo``, ``rloo``, ``reinforce_pp`` (REINFORCE++-baseline),
+``gigpo``, ``gagpo``, ``bipace``. This package holds what they share: the interface (``base``,
+``params``), the registry that finds them (``registry``), tensor pieces (``common``) and their
+per-record specification (``reference``). A user's estimator is loaded by import path,
+``algorithm.estimator=my_package.my_module:MyEstimator``.
 """
 
 from __future__ import annotations

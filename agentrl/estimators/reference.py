@@ -2,10 +2,11 @@
 
 Each built-in estimator has a straightforward implementation here, written the way the papers and
 their reference code read (dicts of lists, loops over records, a backward loop per trajectory, a
-distance per centroid), in float64 throughout. The vectorised estimators of this package must give
-the same advantages to 1e-6 (``tests/estimators`` check it on hand-made and random batches, and
-``agentrl bench estimators`` times both). They take the same ``Params`` objects, so both sides
-always mean the same configuration; :data:`REFERENCES` maps each estimator name to its function.
+distance per centroid), in float64 throughout. The vectorised estimators
+(:mod:`agentrl.estimators.builtin`) must give the same advantages to 1e-6 (``tests/estimators``
+check it on hand-made and random batches, and ``agentrl bench estimators`` times both). They take
+the same ``Params`` objects, so both sides always mean the same configuration; :data:`REFERENCES`
+maps each estimator name to its function.
 
 Rewards come from the StepBatch's columns: the step reward is ``env_reward - noop_penalty`` and
 the invalid-action penalty ``invalid_penalty`` enters per ``penalty_mode`` (nothing is added back).

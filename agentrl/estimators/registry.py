@@ -1,8 +1,9 @@
 """The estimator registry: built-in estimators by name, a user's by import path.
 
 * Built-in estimators are the :class:`~agentrl.estimators.base.Estimator` subclasses decorated
-  with :func:`register_estimator` in the modules of this package; every module is imported on
-  first use (adding one is one module, nothing to list elsewhere).
+  with :func:`register_estimator` in :mod:`agentrl.estimators.builtin`, one module or subpackage
+  each; every one of them is imported on first use (adding one is one module, nothing to list
+  elsewhere).
 * ``algorithm.estimator=my_package.my_module:MyEstimator`` loads a user's class from their own
   code (the module must be importable: installed, or on ``PYTHONPATH``); it is checked like a
   built-in one, and a bad path or a class that does not follow the interface is a
@@ -25,10 +26,6 @@ from typing import Any
 from agentrl.errors import UsageError
 from agentrl.estimators.base import Estimator
 from agentrl.estimators.params import SHARED_FIELDS, check_params, is_shared, shared_fields
-
-# modules of this package that hold building blocks, not estimators
-_NOT_ESTIMATORS = frozenset({"base", "params", "registry", "common", "reference", "native", "bigpo_clustering",
-                             "bigpo_native"})
 
 _BUILTIN: dict[str, type[Estimator]] = {}
 _LOADED: dict[str, type[Estimator]] = {}      # import path -> class
@@ -53,11 +50,10 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    import agentrl.estimators as package
+    import agentrl.estimators.builtin as package
 
     for module in pkgutil.iter_modules(package.__path__):
-        if module.name not in _NOT_ESTIMATORS and not module.name.startswith("_"):
-            importlib.import_module(f"{package.__name__}.{module.name}")
+        importlib.import_module(f"{package.__name__}.{module.name}")
 
 
 def builtin_estimators() -> dict[str, type[Estimator]]:

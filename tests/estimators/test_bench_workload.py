@@ -29,7 +29,7 @@ def test_small_workload_matches_reference(label, name, params):
 def test_bench_command_reports_agreement_and_the_clustering_path(capsys):
     import json
 
-    from agentrl.estimators import native
+    from agentrl.estimators.builtin.bipace import kernel_loader
     from agentrl.cli.main import main
 
     code = main(["bench", "estimators", "--json", "--trajectories", "16", "--groups", "2", "--steps", "12",
@@ -38,7 +38,7 @@ def test_bench_command_reports_agreement_and_the_clustering_path(capsys):
     assert code == 0 and summary["all_agree"] is True
     assert set(summary["estimators"]) == {"grpo", "bipace_q"}
     assert summary["estimators"]["bipace_q"]["ms"] > 0 and summary["estimators"]["bipace_q"]["agree"]
-    if native.compiler() is not None:
+    if kernel_loader.compiler() is not None:
         assert summary["bigpo_path"].startswith("native")
     else:
         assert summary["bigpo_path"].startswith("numpy (no C compiler")

@@ -10,11 +10,12 @@ import torch
 
 from agentrl.estimators.reference import reference_clusters
 from agentrl.bench.estimators import make_workload
-from agentrl.estimators import bigpo_clustering, bigpo_native, native
-from agentrl.estimators.bigpo_clustering import DISTANCE_TOLERANCE, greedy_cosine_clusters
+from agentrl.estimators.builtin.bipace import clustering, kernel, kernel_loader
+from agentrl.estimators.builtin.bipace.clustering import DISTANCE_TOLERANCE, greedy_cosine_clusters
 
 EPS = 0.10
-needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: the native kernel cannot be built")
+needs_compiler = pytest.mark.skipif(kernel_loader.compiler() is None,
+                                    reason="no C compiler: the native kernel cannot be built")
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +39,8 @@ def threads():
 @pytest.mark.parametrize("block", [1, 5, 64, 128])
 @pytest.mark.parametrize("chunk", [1, 3, 16, 1000])
 def test_block_and_chunk_sizes_give_the_row_by_row_labels(batch, reference, block, chunk, monkeypatch):
-    seed_clusters = bigpo_clustering._seed_clusters
-    monkeypatch.setattr(bigpo_clustering, "_seed_clusters",
+    seed_clusters = clustering._seed_clusters
+    monkeypatch.setattr(clustering, "_seed_clusters",
                         lambda x, threshold, block: seed_clusters(x, threshold, block, chunk))
     group, num_groups = batch.group_segments()
     labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, block=block, use_native=False)
@@ -54,7 +55,7 @@ def test_block_and_chunk_sizes_give_the_row_by_row_labels(batch, reference, bloc
 def test_native_block_decisions_give_the_row_by_row_labels(block, hidden_size, screen):
     batch = make_workload(num_trajectories=24, num_groups=6, steps=30, hidden_size=hidden_size, seed=1)
     group, num_groups = batch.group_segments()
-    assert bigpo_native.native_kernel() is not None, native.native_status(bigpo_native.NATIVE_SOURCE)
+    assert kernel.native_kernel() is not None, kernel_loader.native_status(kernel.NATIVE_SOURCE)
     labels, num = greedy_cosine_clusters(batch.hidden, group, num_groups, EPS, native_block=block, screen=screen)
     reference = torch.tensor(reference_clusters(batch, EPS, "seed"))
     assert num == int(reference.max()) + 1 > 200
@@ -66,7 +67,7 @@ def test_native_block_decisions_give_the_row_by_row_labels(block, hidden_size, s
 def test_screen_settles_what_bfloat16_cannot_decide(block):
     """Bench-shaped rows (hidden 3,584) whose revisits sit at cosines 0.86-0.99, around the radius
     (0.90): the bfloat16 screen (error up to 0.012) must hand the close calls to float32."""
-    from agentrl.estimators.bigpo_native import screen_bound, seed_clusters_native
+    from agentrl.estimators.builtin.bipace.kernel import screen_bound, seed_clusters_native
 
     gen = torch.Generator().manual_seed(5)
     hidden, rows_per_group = 3584, 200
@@ -78,7 +79,7 @@ def test_screen_settles_what_bfloat16_cannot_decide(block):
     rows = (cosine * base + (1 - cosine ** 2).sqrt() * noise) * (0.5 + torch.rand(2, rows_per_group, 1, generator=gen))
     rows = rows.reshape(-1, hidden)
     group = torch.arange(2).repeat_interleave(rows_per_group)
-    lib = bigpo_native.native_kernel()
+    lib = kernel.native_kernel()
     _, settled = seed_clusters_native(rows[:rows_per_group].contiguous(), 1 - EPS - 1e-6, block, lib, screened=True)
     assert settled > 20                        # the screen really was undecided on some pairs
     assert 0.0120 < screen_bound(hidden) < 0.0122
@@ -92,10 +93,10 @@ def test_screen_settles_what_bfloat16_cannot_decide(block):
 def test_screen_is_skipped_for_rows_outside_its_norm_range():
     """Norms above 1e18 (bfloat16 products could overflow) or below 1e-15 (subnormals): such a
     group runs unscreened, with the labels of the unscreened pass."""
-    from agentrl.estimators.bigpo_native import seed_clusters_native
+    from agentrl.estimators.builtin.bipace.kernel import seed_clusters_native
 
     batch = make_workload(num_trajectories=8, num_groups=1, steps=30, hidden_size=64, seed=2)
-    lib = bigpo_native.native_kernel()
+    lib = kernel.native_kernel()
     threshold = 1 - EPS - 1e-6
     _, settled = seed_clusters_native(batch.hidden.contiguous(), threshold, None, lib, screened=True)
     assert settled > 0                                        # in range: screened
@@ -138,13 +139,13 @@ def test_groups_run_on_the_torch_threads_with_identical_labels(batch, threads, m
 
     seen = []
     name = "seed_clusters_native" if use_native else "_seed_clusters"
-    seed_clusters = getattr(bigpo_clustering, name)
+    seed_clusters = getattr(clustering, name)
 
     def recording(*args, **kwargs):
         seen.append((threading.get_ident(), torch.get_num_threads()))
         return seed_clusters(*args, **kwargs)
 
-    monkeypatch.setattr(bigpo_clustering, name, recording)
+    monkeypatch.setattr(clustering, name, recording)
     torch.set_num_threads(2)
     labels, num = greedy_cosine_clusters(shuffled.hidden, group, num_groups, EPS, use_native=use_native)
     assert torch.get_num_threads() == 2                 # restored after the parallel section
@@ -198,13 +199,13 @@ def test_mean_centroids_at_the_radius_native_equals_numpy():
     base = anchors[torch.randint(0, 5, (300,), generator=gen)]
     rows = base + 0.35 * torch.nn.functional.normalize(torch.randn(300, 256, generator=gen), dim=-1)
     group = torch.zeros(300, dtype=torch.int64)
-    from agentrl.estimators.bigpo_native import mean_clusters_native
+    from agentrl.estimators.builtin.bipace.kernel import mean_clusters_native
 
     numpy_labels, n2 = greedy_cosine_clusters(rows, group, 1, EPS, centroid="mean", use_native=False)
     for screen in (False, True):
         native_labels, n1 = greedy_cosine_clusters(rows, group, 1, EPS, centroid="mean", screen=screen)
         assert torch.equal(native_labels, numpy_labels) and n1 == n2
-    lib = bigpo_native.native_kernel()
+    lib = kernel.native_kernel()
     if lib.bigpo_has_bf16_tiles():
         _, settled = mean_clusters_native(rows.contiguous(), 1 - EPS - 1e-6, lib, screened=True)
         assert settled > 10                 # the screen handed close calls to float32

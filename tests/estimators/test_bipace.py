@@ -10,8 +10,8 @@ import torch
 
 from agentrl.data import StepBatch
 from agentrl.estimators import compute_advantages
-from agentrl.estimators.bigpo_clustering import BiGPOState
-from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
+from agentrl.estimators.builtin.bipace.clustering import BiGPOState
+from agentrl.estimators.builtin.bipace.clustering import greedy_cosine_clusters
 
 from batches import angle, one_cluster_batch, record, two_trajectory_batch
 

@@ -109,7 +109,7 @@ def test_similarity_grouping_uses_difflib_where_the_lcs_bound_passes():
 
     from rapidfuzz.distance import Indel
 
-    from agentrl.estimators.gigpo import similar_anchor_segments
+    from agentrl.estimators.builtin.gigpo import similar_anchor_segments
 
     a, b = "babcaacbbcca", "bacbcacacbca"
     assert Indel.normalized_similarity(a, b) >= 0.8 > difflib.SequenceMatcher(None, b, a).ratio()

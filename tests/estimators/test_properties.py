@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from agentrl.estimators.reference import reference_advantages, reference_clusters, reference_returns
 from agentrl.data import StepBatch
 from agentrl.estimators import SHARED_FIELDS, build_estimator, compute_advantages, estimator_class, registered_names
-from agentrl.estimators.bigpo_clustering import greedy_cosine_clusters
+from agentrl.estimators.builtin.bipace.clustering import greedy_cosine_clusters
 
 from batches import record
 

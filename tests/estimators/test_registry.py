@@ -109,9 +109,9 @@ class _NoParams(Estimator):
 
 @pytest.mark.parametrize("path,message", [
     ("nowhere_at_all.module:Thing", r"cannot import 'nowhere_at_all.module'.*PYTHONPATH"),
-    ("agentrl.estimators.grpo:Missing", r"module 'agentrl.estimators.grpo' has no 'Missing'"),
-    ("agentrl.estimators.grpo", r"unknown advantage estimator"),
-    ("agentrl.estimators.grpo:np", r"is not an estimator class"),
+    ("agentrl.estimators.builtin.grpo:Missing", r"module 'agentrl.estimators.builtin.grpo' has no 'Missing'"),
+    ("agentrl.estimators.builtin.grpo", r"unknown advantage estimator"),
+    ("agentrl.estimators.builtin.grpo:np", r"is not an estimator class"),
     (f"{__name__}:_NoAdvantages", r"does not define advantages"),
     (f"{__name__}:_NoParams", r"needs a nested frozen dataclass Params"),
 ])
@@ -122,5 +122,5 @@ def test_bad_import_paths_name_the_problem(path, message):
 
 
 def test_a_class_by_import_path_is_loaded_and_checked():
-    cls = estimator_class("agentrl.estimators.reinforce_pp:ReinforcePPBaseline")
+    cls = estimator_class("agentrl.estimators.builtin.reinforce_pp:ReinforcePPBaseline")
     assert cls is builtin_estimators()["reinforce_pp"]

@@ -4,9 +4,9 @@
 
 * ``A_episode``: GiGPO's episode term (same ``mode``, ``episode_stats`` and penalty handling).
 * Step returns ``R``: GiGPO's step returns ``G'_t`` (discount ``gamma``, penalty per ``penalty_mode``).
-* Clusters: :mod:`bigpo_clustering` over ``batch.hidden`` within each group, radius ``eps``
-  (``eps_mode="fixed"``) or a radius calibrated on the first batch and frozen in a
-  :class:`BiGPOState` the caller keeps (``eps_mode="calibrate"``).
+* Clusters: :mod:`~agentrl.estimators.builtin.bipace.clustering` over ``batch.hidden`` within
+  each group, radius ``eps`` (``eps_mode="fixed"``) or a radius calibrated on the first batch and
+  frozen in a :class:`BiGPOState` the caller keeps (``eps_mode="calibrate"``).
 * ``A_step`` inside a cluster C with key k(i) of row i (``C=`` same key as i, i included;
   ``C!=`` different key):
 
@@ -50,7 +50,7 @@ import torch
 from agentrl.data import StepBatch
 from agentrl.estimators import common
 from agentrl.estimators.base import Estimator, RowInputs
-from agentrl.estimators.bigpo_clustering import CENTROIDS, BiGPOState, calibrate_eps, greedy_cosine_clusters
+from agentrl.estimators.builtin.bipace.clustering import CENTROIDS, BiGPOState, calibrate_eps, greedy_cosine_clusters
 from agentrl.estimators.params import param, shared
 from agentrl.estimators.registry import register_estimator
 

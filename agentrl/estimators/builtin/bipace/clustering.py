@@ -15,12 +15,13 @@ Centroids (the sources do not say which; both are offered):
   bench workload), and only the acceptance of the candidates is resolved in Python. The result is
   identical to the row-by-row greedy pass; the work is each row's cosine with every earlier seed
   of its group (rows x clusters, not rows^2). When a C compiler is available the pass runs
-  compiled instead (:mod:`agentrl.estimators.bigpo_native`, ``bigpo_block.c``, built on first use
-  by :mod:`agentrl.estimators.native`): the C code settles rows in order and computes their cosines with the
-  seeds of their own block in 4 x 6 tiles. On CPUs with native bfloat16 (AVX512-BF16) the
-  cosines are first screened in bfloat16, with a proven error bound, and only the pairs the
-  screen cannot decide are computed in float32; the whole group is then one C call. The labels
-  are the same; ``AGENTRL_NATIVE=0`` or ``use_native=False`` selects the numpy path. Groups are independent: with
+  compiled instead (:mod:`~agentrl.estimators.builtin.bipace.kernel`, ``bigpo_block.c``, built on
+  first use by :mod:`~agentrl.estimators.builtin.bipace.kernel_loader`): the C code settles rows in
+  order and computes their cosines with the seeds of their own block in 4 x 6 tiles. On CPUs
+  with native bfloat16 (AVX512-BF16) the cosines are first screened in bfloat16, with a proven
+  error bound, and only the pairs the screen cannot decide are computed in float32; the whole
+  group is then one C call. The labels are the same; ``AGENTRL_NATIVE=0`` or
+  ``use_native=False`` selects the numpy path. Groups are independent: with
   ``torch.get_num_threads()`` > 1 they are spread over that many Python threads, each matmul on
   one intra-op thread (the matmuls release the GIL and are most of the time; a two-thread matmul
   per block gains little at these shapes, and on cores shared with other processes it stalls at
@@ -44,8 +45,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agentrl.estimators.bigpo_native import (WORKSPACES, mean_clusters_native, native_kernel, scratch, screen_available,
-                                             seed_clusters_native)
+from agentrl.estimators.builtin.bipace.kernel import (WORKSPACES, mean_clusters_native, native_kernel, scratch,
+                                                      screen_available, seed_clusters_native)
 
 DISTANCE_TOLERANCE = 1e-6
 CENTROIDS = ("seed", "mean")
@@ -183,10 +184,10 @@ def greedy_cosine_clusters(hidden: torch.Tensor, group: torch.Tensor, num_groups
                            native_block: int | None = None, screen: bool | None = None) -> tuple[torch.Tensor, int]:
     """Cluster id (0..K-1, numbered group by group in order of creation) for every row.
 
-    ``use_native`` runs the pass compiled when the kernel can be built (``agentrl.estimators.native``);
+    ``use_native`` runs the pass compiled when the kernel can be built (``kernel_loader``);
     ``False`` forces the numpy path (same labels). ``screen`` (compiled path only) takes the
     products in bfloat16 and settles in float32 what they cannot decide (same labels); None uses it
-    where this CPU multiplies bfloat16 natively (``bigpo_native.screen_available``). ``block`` is
+    where this CPU multiplies bfloat16 natively (``kernel.screen_available``). ``block`` is
     the numpy seed pass's block, ``native_block`` the compiled one's (None: chosen per path)."""
     n = hidden.shape[0]
     lib = native_kernel() if use_native else None

@@ -1,6 +1,6 @@
-/* BiGPO seed clustering: the greedy decisions of one block of rows (see bigpo_native.py).
+/* BiGPO seed clustering: the greedy decisions of one block of rows (see kernel.py next to this file).
  *
- * Compiled on first use by agentrl/native.py (cc -O3 -march=native -shared) and called through
+ * Compiled on first use by kernel_loader.py (cc -O3 -march=native -shared) and called through
  * ctypes, which releases the GIL, so two Python threads cluster two groups at once. The product
  * of the block's rows with the seeds found before the block is a torch.mm done by the caller
  * (``old_sims``, raw dot products); this file makes, row by row and in order, the decisions the

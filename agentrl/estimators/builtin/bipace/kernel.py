@@ -3,8 +3,9 @@
 Seed centroids: per block of rows, one ``torch.mm`` against the seeds found before the block, then
 one C call that settles the block's rows in order (their cosines with the seeds created inside the
 block are 4 x 6 tiles of dot products in C). Running-mean centroids: one C call per group. See
-:mod:`agentrl.estimators.bigpo_clustering` for the algorithm; the labels equal the numpy path's and
-the row-by-row pass's.
+:mod:`~agentrl.estimators.builtin.bipace.clustering` for the algorithm; the labels equal the numpy
+path's and the row-by-row pass's. :mod:`~agentrl.estimators.builtin.bipace.kernel_loader` builds the
+C file on first use.
 
 **The bfloat16 screen** (seed centroids). On CPUs that multiply bfloat16 natively (AVX512-BF16 or
 AMX: two to three times the float32 rate) the cosines are first taken on bfloat16 copies of the
@@ -40,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.estimators import native
+from agentrl.estimators.builtin.bipace import kernel_loader
 
 NATIVE_SOURCE = Path(__file__).with_name("bigpo_block.c")
 BF16_ROUNDOFF = 2.0 ** -8
@@ -52,8 +53,8 @@ EXACT_BLOCK = 64            # rows per float32 matmul against the earlier seeds
 
 
 def native_kernel() -> ctypes.CDLL | None:
-    """The compiled block decisions, or None (then the numpy path runs; ``native`` says why)."""
-    lib = native.load_kernel(NATIVE_SOURCE)
+    """The compiled block decisions, or None (then the numpy path runs; ``kernel_loader.native_status`` says why)."""
+    lib = kernel_loader.load_kernel(NATIVE_SOURCE)
     if lib is not None and not getattr(lib, "_agentrl_typed", False):
         ptr, i64, f32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_double
         lib.bigpo_decide_block.argtypes = [ptr, ptr, ptr, i64, i64, i64, ptr, i64, f64, f32,
@@ -93,7 +94,7 @@ def screen_available() -> bool:
     setting = os.environ.get("AGENTRL_BIGPO_BF16", "auto").strip().lower()
     if setting in ("0", "false", "no", "off"):
         return False
-    if setting not in ("1", "true", "yes", "on") and not any(flag in native.cpu_signature().split()
+    if setting not in ("1", "true", "yes", "on") and not any(flag in kernel_loader.cpu_signature().split()
                                                               for flag in BF16_CPU_FLAGS):
         return False
     return bf16_products_accumulate_in_float32()
@@ -224,7 +225,7 @@ def describe_path() -> str:
     """Which seed pass ``greedy_cosine_clusters`` runs here by default, for benchmark reports."""
     lib = native_kernel()
     if lib is None:
-        return f"numpy ({native.native_status(NATIVE_SOURCE)})"
+        return f"numpy ({kernel_loader.native_status(NATIVE_SOURCE)})"
     if not screen_available():
         return "native, float32"
     tiles = "bfloat16 tiles in C" if lib.bigpo_has_bf16_tiles() else "bfloat16 matmul, float32 tiles in C"
