@@ -9,7 +9,8 @@ from agentrl.errors import UsageError
 from agentrl.estimators import estimator_class, estimator_from_config, registered_names
 from agentrl.runs.directory import RunDirectory, TrainerState
 from agentrl.runs.task_schedule import TaskSchedule
-from agentrl.training.trainer import guided_advantages, rollout_logprob_gap, rows_to_train
+from agentrl.training.metrics import rollout_logprob_gap
+from agentrl.training.trainer import guided_advantages, rows_to_train
 
 
 @pytest.mark.parametrize("estimator", registered_names())
@@ -152,7 +153,7 @@ def test_phases_time_each_phase_and_take_the_gpu_memory_peak_of_each():
     ("ipc", "cuda", 1, 2, "GPU-a", ["GPU-a"], "ipc"),
 ])
 def test_the_weight_sync_path(wanted, device, ranks, stage, learner_gpu, rollout_gpus, path):
-    from agentrl.training.trainer import weight_sync_path
+    from agentrl.training.weight_sync import weight_sync_path
 
     cfg = load_config("textcraft_grpo_tiny", [f"rollout.weight_sync={wanted}", f"learner.num_ranks={ranks}",
                                               f"learner.zero_stage={stage}"])
@@ -160,7 +161,7 @@ def test_the_weight_sync_path(wanted, device, ranks, stage, learner_gpu, rollout
 
 
 def test_ipc_weight_sync_where_it_cannot_apply_is_a_usage_error():
-    from agentrl.training.trainer import weight_sync_path
+    from agentrl.training.weight_sync import weight_sync_path
 
     cfg = load_config("textcraft_grpo_tiny", ["rollout.weight_sync=ipc"])
     with pytest.raises(UsageError, match="rollout.weight_sync=ipc needs one learner rank"):

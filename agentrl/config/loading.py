@@ -209,8 +209,26 @@ def load_config(recipe: str | None, overrides: list[str] | None = None) -> Confi
         raise UsageError(f"cannot resolve an interpolation in the config: {err}") from None
     cfg = build_dataclass(Config, resolved)
     check_estimator(cfg.algorithm)
+    check_training_mode(cfg)
     check_learner(cfg.learner)
     return cfg  # type: ignore[return-value]
+
+
+def check_training_mode(cfg) -> None:
+    """``trainer.mode`` against the settings it changes the meaning of (``learner.rollout_is_cap=null``
+    puts the off-policy correction on when the rollout runs ahead: LossSettings.from_config)."""
+    mode, learner, trainer = cfg.trainer.mode, cfg.learner, cfg.trainer
+    overlapped = mode != "sync"
+    if overlapped and not learner.recompute_logprobs:
+        ahead = 1 if mode == "one_step_off" else trainer.max_staleness
+        raise UsageError(f"trainer.mode={mode} with learner.recompute_logprobs=false centres the PPO clip on the rollout's "
+                         f"policy, up to {ahead} version(s) older than the learner's, with no off-policy correction: set "
+                         "learner.recompute_logprobs=true (the decoupled objective, docs/async.md) or trainer.mode=sync")
+    if mode != "async" and (trainer.filter_groups or trainer.oversample > 1):
+        key = "trainer.filter_groups" if trainer.filter_groups else "trainer.oversample"
+        raise UsageError(f"{key} works on the group stream of trainer.mode=async (filtered groups are replaced from "
+                         f"it); with trainer.mode={mode} unset it, or use learner.skip_zero_advantage to leave out rows "
+                         "with advantage 0")
 
 
 def check_learner(learner) -> None:

@@ -150,6 +150,10 @@ class RolloutConfig:
                          "(gloo on CPU); packed = flat byte buckets through host memory and Ray's object store; auto = "
                          "ipc where it applies, else broadcast on GPUs, else packed",
                          choices=("auto", "ipc", "broadcast", "packed"))
+    weights_between_tokens: bool = F(True, "weights that reach a rollout worker during a generate call (trainer.mode="
+                                     "async) are loaded between two tokens and the response finishes on them, each "
+                                     "token's version recorded (StepBatch.response_versions); backends that generate "
+                                     "in one call (vLLM) load them at the next env step, as does false")
     expert_guidance: bool = F(False, "training rollouts only: add one episode played by the env's expert solver "
                               "to every group whose episodes all failed, so the group has a winner (off-policy "
                               "guidance; its steps are scored and updated like the policy's own and are left out "
@@ -227,15 +231,17 @@ class LearnerConfig:
     clip_ratio_low: float = F(0.2, "PPO clip below 1", min=0, max=1)
     clip_ratio_high: float = F(0.2, "PPO clip above 1", min=0)
     dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages; 0 disables", off_or_gt=1)
-    rollout_is_cap: float = F(0.0, "truncated importance sampling for the rollout backend's numerics: weight each "
-                              "sampled token's policy-gradient term by min(pi_old / pi_rollout, cap), e.g. 2 with "
-                              "bf16 vLLM; with trainer.mode one_step_off or async this is the behaviour weight of the "
-                              "decoupled objective (docs/async.md); 0 disables", off_or_min=1)
+    rollout_is_cap: Optional[float] = F(None, "truncated importance sampling: weight each sampled token's "
+                                        "policy-gradient term by min(pi_old / pi_rollout, cap). With trainer.mode "
+                                        "one_step_off or async this is the behaviour weight of the decoupled objective "
+                                        "(docs/async.md); in sync it corrects the rollout backend's numerics (e.g. 2 "
+                                        "with bf16 vLLM); 0 disables; null = 2 with one_step_off/async, 0 with sync",
+                                        off_or_min=1)
     recompute_logprobs: bool = F(True, "run the actor's forward pass for the old (proximal) log-probs before the "
                                  "update; false = the rollout backend's log-probs of the sampled tokens are the old "
                                  "policy (one forward pass less per trained row; right when the backend runs the "
-                                 "learner's weights in the same precision, rollout_logprob_gap near 0); with "
-                                 "one_step_off or async the proximal policy is then the behaviour policy")
+                                 "learner's weights in the same precision, rollout_logprob_gap near 0); only with "
+                                 "trainer.mode=sync (the rollout's policy is then the learner's)")
     loss_agg_mode: str = F("token-mean", "how token losses are averaged",
                            choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
     kl_coef: float = F(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)
@@ -312,7 +318,13 @@ class TrainerConfig:
                   choices=("sync", "one_step_off", "async"))
     max_staleness: int = F(2, "trainer.mode=async: a group is trained at most this many policy versions after the "
                            "oldest version that generated one of its steps; older groups are dropped and counted. "
-                           "Also how many iterations' rollouts may run ahead of the learner", min=1)
+                           "Also how many iterations' groups the stream runs ahead of the learner", min=1)
+    filter_groups: bool = F(False, "trainer.mode=async: leave out groups whose episode returns are all equal (no "
+                            "signal for a group-relative estimator; DAPO's dynamic sampling); the stream plays more "
+                            "groups in their place, so every update still has env.tasks_per_iteration groups")
+    oversample: float = F(1.0, "trainer.mode=async: keep this many times the groups the staleness bound allows in "
+                          "flight (e.g. 1.25 with trainer.filter_groups, so filtered groups are replaced without "
+                          "waiting; groups that then exceed max_staleness are dropped)", min=1)
     sft: SftConfig = F(help="supervised warm start on expert demonstrations", factory=SftConfig)
 
 

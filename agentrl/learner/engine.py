@@ -30,7 +30,7 @@ from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
-from agentrl.weights.transfer import (BUCKET_BYTES, BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast,
+from agentrl.weights import (BUCKET_BYTES, BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast,
                                              broadcast_layout, ipc_handles, pack_weights)
 
 CHECKPOINT_TAG = "state"
@@ -102,6 +102,13 @@ def sampled_logprobs(batch: StepBatch) -> torch.Tensor:
     their ``old_logprobs``: nothing sampled those, so their importance weight is 1."""
     guided = batch.is_expert.unsqueeze(1)
     return torch.where(guided, batch.old_logprobs.float(), batch.rollout_logprobs.float())
+
+
+def staleness_levels(cfg: Config) -> int:
+    """How many staleness levels a trained token can have: 1 + ``trainer.max_staleness`` with
+    ``trainer.mode=async``, 2 with one_step_off; 0 (none reported) with sync."""
+    mode = cfg.trainer.mode
+    return 0 if mode == "sync" else 2 if mode == "one_step_off" else 1 + cfg.trainer.max_staleness
 
 
 def warn_if_zero3_on_one_rank(zero_stage: int, world_size: int) -> None:
@@ -295,10 +302,17 @@ class Learner:
     def loss_settings(self, options: Optional[LossOptions] = None) -> LossSettings:
         """``learner.*`` and the estimator's :class:`~agentrl.estimators.LossOptions`."""
         options = options or LossOptions()
-        return LossSettings.from_config(self.cfg.learner, action_level_ratio=options.action_level_ratio)
+        return LossSettings.from_config(self.cfg.learner, action_level_ratio=options.action_level_ratio,
+                                        trainer_mode=self.cfg.trainer.mode)
 
-    def update(self, batch: StepBatch, options: Optional[LossOptions] = None) -> dict[str, float]:
+    def update(self, batch: StepBatch, options: Optional[LossOptions] = None, version: Optional[int] = None
+               ) -> dict[str, float]:
         """``ppo_epochs`` shuffled passes of mini-batches over ``batch``; mean metrics over optimizer steps.
+
+        ``version``: this learner's policy version. When the rollout runs ahead (trainer.mode
+        one_step_off, async) the clipped share and the capped share of the trained tokens are also
+        reported per staleness level, ``version`` minus the version that sampled each token
+        (``pg_clipfrac_staleness_<n>``, ``rollout_is_capped_staleness_<n>``, ``tokens_staleness_<n>``).
 
         Every rank is given the whole batch: the shuffle is the same on all ranks (seeded by
         ``trainer.seed`` and the update count) and each rank trains on its slice of every
@@ -317,6 +331,9 @@ class Learner:
         plan = minibatch_plan(len(batch), lc.mini_batch_size, lc.ppo_epochs, generator)
         lengths = sequence_lengths(batch)
         self.engine.train()
+        levels = staleness_levels(self.cfg) if version is not None else 0
+        self._by_staleness = torch.zeros(levels, 3, dtype=torch.float64)     # tokens, clipped, capped
+        self._version = version
         steps: list[dict[str, float]] = []
         skipped_steps = skipped_micro = 0
         tokens = 0
@@ -360,6 +377,7 @@ class Learner:
             metrics.pop("kl_ref", None)
         total_tokens = distributed.all_reduce_values([tokens])[0]
         # optimizer_steps_total: every step since the run began, checkpointed (a resumed run continues the count)
+        metrics.update(self._staleness_metrics())
         metrics.update(optimizer_steps=float(len(steps)), optimizer_steps_total=float(self.optimizer_steps),
                        skipped_steps=float(skipped_steps),
                        skipped_micro_batches=distributed.all_reduce_values([skipped_micro])[0],
@@ -383,7 +401,33 @@ class Learner:
         if out.finite:
             # DeepSpeed averages gradients over ranks; the loss is already a share of the global mean
             self.engine.backward(out.loss * self.world_size)
+            self._count_by_staleness(micro, out)
         return out, packed.num_tokens()
+
+    def _count_by_staleness(self, micro: StepBatch, out) -> None:
+        """Trained, clipped and capped tokens of ``micro`` per staleness level (expert rows left out)."""
+        levels = len(self._by_staleness)
+        if not levels:
+            return
+        trained = (micro.response_mask > 0) & ~micro.is_expert.unsqueeze(1)
+        age = (self._version - micro.token_versions()).clamp(0, levels - 1)[trained]
+        clipped = out.clipped.cpu()[trained].double()
+        capped = out.capped.cpu()[trained].double() if out.capped is not None else torch.zeros_like(clipped)
+        for column, values in enumerate((torch.ones_like(clipped), clipped, capped)):
+            self._by_staleness[:, column] += torch.zeros(levels, dtype=torch.float64).index_add_(0, age, values)
+
+    def _staleness_metrics(self) -> dict[str, float]:
+        levels = len(self._by_staleness)
+        if not levels:
+            return {}
+        totals = torch.tensor(distributed.all_reduce_values(self._by_staleness.flatten().tolist())).view(levels, 3)
+        metrics = {}
+        for level, (tokens, clipped, capped) in enumerate(totals.tolist()):
+            metrics[f"tokens_staleness_{level}"] = tokens
+            if tokens:
+                metrics[f"pg_clipfrac_staleness_{level}"] = clipped / tokens
+                metrics[f"rollout_is_capped_staleness_{level}"] = capped / tokens
+        return metrics
 
     def _dummy_backward(self) -> None:
         """A zero-gradient forward/backward that keeps this rank in step with the others' collectives."""

@@ -29,7 +29,7 @@ from agentrl.runtime.denormals import denormals_flushed, flush_denormals
 from agentrl.runtime.rendezvous import reserve_store
 from agentrl.learner.engine import Learner, resolve_device
 from agentrl.runtime.ray_start import init_local_ray, placed
-from agentrl.weights.transfer import PackedWeights
+from agentrl.weights import PackedWeights
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
 SHUTDOWN_TIMEOUT_S = 60.0
@@ -112,13 +112,21 @@ class LearnerGroup:
         columns = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
         return batch.with_columns(**columns)
 
-    def update(self, batch: StepBatch, options: Optional[LossOptions] = None) -> dict[str, float]:
-        """The PPO epochs over ``batch`` with the estimator's loss options; metrics of rank 0."""
+    def update(self, batch: StepBatch, options: Optional[LossOptions] = None, version: Optional[int] = None
+               ) -> dict[str, float]:
+        """The PPO epochs over ``batch`` with the estimator's loss options; metrics of rank 0
+        (``version``: the learner's policy version, for the metrics per staleness level)."""
         if self.local is not None:
-            return self.local.update(batch, options)
+            return self.local.update(batch, options, version)
         import ray
 
-        return self._all("update", ray.put(batch), options)[0]
+        return self._all("update", ray.put(batch), options, version)[0]
+
+    def set_thread_policy(self, policy) -> None:
+        """A one-rank learner in this process asks ``policy()`` for its CPU threads before each
+        micro-batch (None: it keeps the threads it has); see :mod:`agentrl.training.cpu_cores`."""
+        if self.local is not None:
+            self.local.threads_now = policy
 
     def state_dict_for_rollout(self) -> dict[str, torch.Tensor]:
         if self.local is not None:

@@ -31,6 +31,9 @@ LOW_VAR_KL_CLAMP = 10.0    # verl clamps the low_var_kl value to [-10, 10]
 ADDITIVE_METRICS = ("loss", "pg_loss", "kl_ref", "entropy")
 
 
+DEFAULT_BEHAVIOUR_CAP = 2.0     # learner.rollout_is_cap=null with trainer.mode one_step_off or async
+
+
 @dataclasses.dataclass(frozen=True)
 class LossSettings:
     """The loss hyper-parameters (``learner.*`` in the config plus the estimator's ratio choice)."""
@@ -56,11 +59,16 @@ class LossSettings:
             raise ValueError(f"rollout_is_cap must be 0 (off) or at least 1, got {self.rollout_is_cap}")
 
     @classmethod
-    def from_config(cls, learner_cfg, action_level_ratio: bool = False) -> "LossSettings":
+    def from_config(cls, learner_cfg, action_level_ratio: bool = False, trainer_mode: str = "sync") -> "LossSettings":
+        """``learner.*``; ``rollout_is_cap=null`` is 0 (off) with ``trainer.mode=sync`` and 2 when the rollout
+        runs ahead of the learner (the behaviour weight of the decoupled objective, docs/async.md)."""
+        cap = learner_cfg.rollout_is_cap
+        if cap is None:
+            cap = DEFAULT_BEHAVIOUR_CAP if trainer_mode != "sync" else 0.0
         return cls(clip_ratio_low=learner_cfg.clip_ratio_low, clip_ratio_high=learner_cfg.clip_ratio_high,
                    dual_clip_c=learner_cfg.dual_clip_c, loss_agg_mode=learner_cfg.loss_agg_mode,
                    kl_coef=learner_cfg.kl_coef, kl_type=learner_cfg.kl_type, entropy_coef=learner_cfg.entropy_coef,
-                   action_level_ratio=action_level_ratio, rollout_is_cap=learner_cfg.rollout_is_cap)
+                   action_level_ratio=action_level_ratio, rollout_is_cap=float(cap))
 
 
 @dataclasses.dataclass
@@ -75,6 +83,8 @@ class LossOutput:
     metrics: dict[str, float]
     finite: bool
     num_tokens: float
+    clipped: Optional[torch.Tensor] = None      # bool [N, R]: the token's PPO term was clipped
+    capped: Optional[torch.Tensor] = None       # bool [N, R]: its behaviour weight was truncated at the cap
 
 
 # ----------------------------------------------------------------------------------- aggregation
@@ -265,6 +275,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     token_loss, was_clipped, dual_clipped = ppo_clip_token_losses(
         log_ratio, advantages, settings.clip_ratio_low, settings.clip_ratio_high, settings.dual_clip_c)
     is_metrics = {"rollout_is_weight": 1.0, "rollout_is_capped": 0.0}     # off: every weight is 1
+    capped = None
     if settings.rollout_is_cap > 0:
         is_weight, capped = rollout_is_weights(old_logprobs, rollout_logprobs.to(old_logprobs.dtype),
                                                settings.rollout_is_cap)
@@ -300,4 +311,5 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
             loss = loss - settings.entropy_coef * entropy_term
         metrics["entropy"] = float(entropy_term.detach())
     metrics["loss"] = float(loss.detach())
-    return LossOutput(loss, metrics, True, num_tokens)
+    return LossOutput(loss, metrics, True, num_tokens, clipped=was_clipped.detach() > 0,
+                      capped=capped.detach() if capped is not None else None)

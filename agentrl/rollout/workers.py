@@ -455,6 +455,26 @@ class RolloutWorkerGroup:
 
         ray.get(calls)
 
+    # ----- streaming (agentrl.rollout.streaming) ----------------------------------------------------
+    def serve_groups(self, sampling: SamplingParams, group_size: int, seed: int, expert_guidance: bool = False,
+                     failure_block: int = 0) -> list:
+        """Start every worker's group pool (:meth:`RolloutWorker.serve_groups`); one call per worker,
+        each giving back the groups it had not started once it stops serving."""
+        return [w.serve_groups.remote(sampling, group_size, int(seed) + WORKER_SEED_STRIDE * i, expert_guidance,
+                                      failure_block)
+                for i, w in enumerate(self.workers)]
+
+    def add_groups(self, worker: int, specs: list) -> None:
+        self.workers[worker].add_groups.options(concurrency_group=STREAM_GROUP).remote(specs)
+
+    def take_groups(self, worker: int, wait_s: float):
+        """A call that gives the groups worker ``worker`` finished (waiting up to ``wait_s`` for one)."""
+        return self.workers[worker].take_groups.options(concurrency_group=STREAM_GROUP).remote(wait_s)
+
+    def stop_serving(self) -> None:
+        for w in self.workers:
+            w.stop_serving.options(concurrency_group=STREAM_GROUP).remote()
+
     def gpu_uuids(self) -> list[str | None]:
         import ray
 
@@ -531,23 +551,28 @@ class PendingRollout:
         return result
 
     def check_progress(self, workers: Sequence[tuple[int, Any]]) -> None:
-        """Raise :class:`RolloutHangError` for the first of ``workers`` stuck past ``hang_timeout_s``."""
-        import ray
-
-        asked = [actor.status.options(concurrency_group=WEIGHTS_GROUP).remote() for _, actor in workers]
-        answer_s = min(STATUS_TIMEOUT_S, max(5.0, self.hang_timeout_s))
-        ready, _ = ray.wait(asked, num_returns=len(asked), timeout=answer_s)
-        for (index, _), ref in zip(workers, asked):
-            if ref not in ready:
-                raise RolloutHangError(
-                    f"rollout worker {index} did not answer a status request within {answer_s:.0f} s (its process "
-                    "is stopped or stuck in native code); check that node's processes and GPU")
-            status = ray.get(ref)
-            if status["rolling_out"] and status["for_s"] > self.hang_timeout_s:
-                raise RolloutHangError(
-                    f"rollout worker {index} (node {status['node']}, pid {status['pid']}) made no progress for "
-                    f"{status['for_s']:.1f} s, more than rollout.hang_timeout_s={self.hang_timeout_s:g}: "
-                    f"{status['doing']}")
+        check_progress(workers, self.hang_timeout_s)
 
 
-__all__ = ["PendingRollout", "RolloutHangError", "RolloutWorker", "RolloutWorkerGroup", "split_evenly"]
+def check_progress(workers: Sequence[tuple[int, Any]], hang_timeout_s: float) -> None:
+    """Raise :class:`RolloutHangError` for the first of ``workers`` (index, actor) that made no progress
+    for ``hang_timeout_s`` while rolling out, or that does not answer a status request."""
+    import ray
+
+    asked = [actor.status.options(concurrency_group=WEIGHTS_GROUP).remote() for _, actor in workers]
+    answer_s = min(STATUS_TIMEOUT_S, max(5.0, hang_timeout_s))
+    ready, _ = ray.wait(asked, num_returns=len(asked), timeout=answer_s)
+    for (index, _), ref in zip(workers, asked):
+        if ref not in ready:
+            raise RolloutHangError(
+                f"rollout worker {index} did not answer a status request within {answer_s:.0f} s (its process "
+                "is stopped or stuck in native code); check that node's processes and GPU")
+        status = ray.get(ref)
+        if status["rolling_out"] and status["for_s"] > hang_timeout_s:
+            raise RolloutHangError(
+                f"rollout worker {index} (node {status['node']}, pid {status['pid']}) made no progress for "
+                f"{status['for_s']:.1f} s, more than rollout.hang_timeout_s={hang_timeout_s:g}: "
+                f"{status['doing']}")
+
+
+__all__ = ["PendingRollout", "RolloutHangError", "check_progress", "RolloutWorker", "RolloutWorkerGroup", "split_evenly"]

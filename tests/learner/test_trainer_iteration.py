@@ -2,6 +2,8 @@
 log-prob pass scores (only the rows the update trains on, unless the estimator is BiPACE and the
 rollout brought no hidden states: then all of them, before the estimator, with hidden states)."""
 
+import time
+
 import pytest
 import torch
 
@@ -9,27 +11,38 @@ from agentrl.data import StepBatch
 from agentrl.envs import TaskRef
 from agentrl.learner.engine import Learner
 from agentrl.rollout.engine import EpisodeResult, RolloutResult
-from agentrl.runs.task_schedule import TaskSchedule
+from agentrl.rollout.sources import RolloutSource, Taken
+from agentrl.training.inspection import BatchRecorder
 from agentrl.training.trainer import Trainer
+from agentrl.training.weight_sync import WeightSync
 from tiny_setup import learner_config, write_tiny_model
 
 
-class RecordedRollout:
-    """Hands back one recorded rollout; stands in for the Ray rollout workers (and says in which order
-    the trainer called it, in ``events``, shared with the learner below)."""
+class RecordedRollout(RolloutSource):
+    """Hands back one recorded rollout; stands in for the Ray rollout workers behind the sync source
+    (and says in which order the trainer called it, in ``events``, shared with the learner below)."""
 
     def __init__(self, result: RolloutResult, events: list):
         self.result, self.events = result, events
 
-    def run(self, tasks, group_size, seed, expert_guidance=False):
+    def next_batch(self, iteration):
         self.events.append("rollout")
-        return self.result
+        return Taken(self.result)
 
     def sleep(self):
         self.events.append("sleep")
-        return 0.25
+        time.sleep(0.01)
 
-    def load_weights(self, state_dict, version=None):
+
+class RecordedWeights(WeightSync):
+    """Records the weight pushes (the packed path's learner side runs for real)."""
+
+    def __init__(self, learner, events: list):
+        super().__init__(learner, None)
+        self.events = events
+
+    def push(self, version):
+        self.learner.packed_weights_for_rollout()
         self.events.append("load_weights")
         self.version = version
 
@@ -45,9 +58,9 @@ class CountingLearner:
         self.passes.append((len(batch), hidden_layer))
         return self.learner.compute_logprobs(batch, hidden_layer)
 
-    def update(self, batch, options=None):
+    def update(self, batch, options=None, version=None):
         self.events.append("update")
-        return self.learner.update(batch, options)
+        return self.learner.update(batch, options, version)
 
     def __getattr__(self, name):
         return getattr(self.learner, name)
@@ -89,12 +102,16 @@ def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
             rollout.batch = rollout.batch.with_columns(hidden=hidden)
         events = []
         trainer.learner = CountingLearner(learner, events)
-        trainer.rollout = RecordedRollout(rollout, events)
-        metrics = trainer.iteration(1, TaskSchedule("train", 2, 2, seed=0), trainer.estimator.new_state())
+        trainer.source = RecordedRollout(rollout, events)
+        trainer.weights = RecordedWeights(learner, events)
+        trainer.recorder = BatchRecorder(cfg, trainer.run, "unused: no batches saved")
+        trainer.estimator_state = trainer.estimator.new_state()
+        metrics = trainer.iteration(1)
     finally:
         trainer.tracker.close()
     assert trainer.learner.passes == [(rows_scored, hidden_layer)]
-    assert trainer.rollout.version == 1      # the weights after iteration 1's update are policy version 1
+    assert trainer.weights.version == 1      # the weights after iteration 1's update are policy version 1
+    assert trainer.finished == 1
     # a colocated rollout engine sleeps right after the rollout, before any learner pass, and the weight
     # sync after the update wakes it
     assert events == ["rollout", "sleep", "pass", "update", "load_weights"]

@@ -13,6 +13,7 @@ import pytest
 
 from agentrl.learner.engine import Learner
 from agentrl.runs.directory import CheckpointNotWritten, RunDirectory, TrainerState, directory_bytes
+from agentrl.rollout.sources import RolloutSource
 from agentrl.training.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "learner"))
@@ -94,10 +95,10 @@ def test_trainer_warns_and_trains_on_when_a_checkpoint_cannot_be_written(tmp_pat
     cfg.logging.tensorboard, cfg.logging.progress_bar, cfg.logging.wandb.mode = False, False, "disabled"
     trainer = Trainer(cfg, "unit")
     try:
-        trainer.learner = learner
-        assert trainer.checkpoint(TrainerState(iteration=1)) == trainer.run.checkpoint_dir(1)
+        trainer.learner, trainer.source = learner, RolloutSource()
+        assert trainer.checkpoint(1) == trainer.run.checkpoint_dir(1)
         trainer.learner = DiskFillsWhileSaving(learner)
-        assert trainer.checkpoint(TrainerState(iteration=2)) is None    # no exception: training goes on
+        assert trainer.checkpoint(2) is None    # no exception: training goes on
     finally:
         trainer.tracker.close()
     assert "agentrl: warning: checkpoint iter_000002 not written" in capsys.readouterr().err

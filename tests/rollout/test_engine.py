@@ -13,7 +13,7 @@ from agentrl.models import load_model, stop_token_ids
 from agentrl.rollout.backends import TorchBackend
 from agentrl.rollout.engine import PromptTooLongError, RolloutEngine
 from agentrl.rollout.validation import eval_tasks, validate
-from agentrl.training.trainer import episode_metrics
+from agentrl.training.metrics import episode_metrics
 
 from rollout_helpers import env_config, rollout_config
 from scripted_backend import NOOP_ACTION, ScriptedExpertBackend, expert_plans

@@ -1,0 +1,47 @@
+"""CPU cores of a one-rank learner that runs in the trainer's process (``learner.torch_threads``).
+
+In ``trainer.mode=sync`` each phase has every core while it runs. When the rollout runs at the same
+time as the learner (one_step_off, async) the cores are shared: the learner gets one share of
+``rollout.num_workers + 1``, and borrows the rollout's share while no rollout work runs (it asks
+before each micro-batch). A fixed ``learner.torch_threads=n`` turns both off.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from agentrl.config import Config
+
+
+def available_cores() -> int:
+    from agentrl.rollout.workers import available_cores as cores
+
+    return cores()
+
+
+def learner_threads(cfg: Config) -> int | None:
+    """The learner's threads: ``learner.torch_threads`` when set; None (torch's default) when the
+    rollout never runs at the same time; else its share of the cores."""
+    if cfg.learner.torch_threads:
+        return cfg.learner.torch_threads
+    if cfg.trainer.mode == "sync":
+        return None
+    return max(1, available_cores() // (cfg.rollout.num_workers + 1))
+
+
+def rollout_thread_shares(cfg: Config) -> int | None:
+    """What ``rollout.torch_threads=0`` divides the cores by: None (the workers) when the learner never
+    runs at the same time, else the workers and the learner."""
+    return None if cfg.trainer.mode == "sync" else cfg.rollout.num_workers + 1
+
+
+def core_policy(cfg: Config, rollout_busy: Callable[[], bool]) -> Callable[[], int] | None:
+    """What the learner asks before each micro-batch: its share while the rollout is busy, every core
+    while it is not; None when nothing is lent (a fixed thread count, or no cores to lend)."""
+    share, every = learner_threads(cfg), available_cores()
+    if cfg.learner.torch_threads or share is None or every <= share:
+        return None
+    return lambda: share if rollout_busy() else every
+
+
+__all__ = ["core_policy", "learner_threads", "rollout_thread_shares"]
