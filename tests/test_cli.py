@@ -44,6 +44,7 @@ def test_config_prints_resolved_yaml_with_override(capsys):
     (("config", "learner.lr"), "not key=value"),
     (("train", "recipe=nope_nope_nope"), "unknown recipe"),
     (("nonsense",), "invalid choice"),
+    (("envs", "alfworld", "bench", "--split", "train", "--workers", "1", "2"), "run `agentrl bench alfworld-steps`"),
 ])
 def test_bad_input_exits_2_with_one_line_and_no_traceback(args, expected):
     code, out, err = run_cli(*args)

@@ -50,6 +50,12 @@ def run_report(args: argparse.Namespace, measure: Callable[[argparse.Namespace],
     return 0
 
 
+def target_name(target: ModuleType) -> str:
+    """The target's name on the command line: its module's name, ``_`` written ``-`` (``webshop_steps``
+    is ``agentrl bench webshop-steps``)."""
+    return target.__name__.rsplit(".", 1)[-1].replace("_", "-")
+
+
 def add_target_arguments(parser: argparse.ArgumentParser, target: ModuleType) -> None:
     """A target's flags and the ``--json`` every target has (``agentrl bench TARGET``)."""
     parser.add_argument("--json", action="store_true", help="print one JSON object with the results")
@@ -58,6 +64,6 @@ def add_target_arguments(parser: argparse.ArgumentParser, target: ModuleType) ->
 
 def parse_target_args(target: ModuleType, argv: Sequence[str] = ()) -> argparse.Namespace:
     """``argv`` parsed as ``agentrl bench <target>`` would (for calling a target from Python)."""
-    parser = argparse.ArgumentParser(prog=f"agentrl bench {target.__name__.rsplit('.', 1)[-1]}")
+    parser = argparse.ArgumentParser(prog=f"agentrl bench {target_name(target)}")
     add_target_arguments(parser, target)
     return parser.parse_args(list(argv))

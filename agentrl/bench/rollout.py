@@ -125,8 +125,8 @@ def _replay_raw(backend, calls) -> dict[str, float]:
     start, cpu = time.perf_counter(), time.process_time()
     for prompts, sampling in calls:
         requests = [{"prompt_token_ids": p} for p in prompts]
-        outputs = backend.llm.generate(requests, [backend._sampling(sampling, i) for i in range(len(prompts))],
-                                       use_tqdm=False)
+        params = [backend.vllm_sampling_params(sampling, i) for i in range(len(prompts))]
+        outputs = backend.llm.generate(requests, params, use_tqdm=False)
         tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "cpu_s": time.process_time() - cpu, "env_steps": sum(len(p) for p, _ in calls),

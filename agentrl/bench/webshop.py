@@ -9,7 +9,7 @@ root), each phase runs in a fresh Python process so that times and peak memory a
 ``load``    load from the cache (memory-mapped), then in the same process: search latency over
             ``--queries`` goal instructions and as many two-word queries (p50/p99 of the
             engine's top 50, and with the 50 products decoded), env steps/s of one instance for
-            the expert and the random-walk policy of ``agentrl.envs.webshop.benchmark`` on
+            the expert and the random-walk policy of ``agentrl bench webshop-steps`` on
             distinct tasks (resets timed), with the per-process cache of the last 1,024 rankings
             (the default; the expert's planning search and its episode's search are one query,
             the random walk's two-word queries repeat often) and without it (``_uncached``: every
@@ -103,9 +103,9 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def _phase_load(spec: dict[str, Any]) -> dict[str, Any]:
+    from agentrl.bench.webshop_steps import play_expert, play_random_walk
     from agentrl.envs import TaskRef, make_env
     from agentrl.envs.webshop import dataset
-    from agentrl.envs.webshop.benchmark import _expert, _random_walk
     from agentrl.envs.webshop.dataset import load_webshop_data
 
     base_rss = _rss_mb()
@@ -135,12 +135,12 @@ def _phase_load(spec: dict[str, Any]) -> dict[str, Any]:
     split = "train"
     size = env.split_sizes()[split]
     task = 0
-    runs = [("expert", _expert, True), ("random", _random_walk, True),
-            ("expert_uncached", _expert, False), ("random_uncached", _random_walk, False)]
+    runs = [("expert", play_expert, True), ("random", play_random_walk, True),
+            ("expert_uncached", play_expert, False), ("random_uncached", play_random_walk, False)]
     for name, policy, ranking_cache in runs:
         if not ranking_cache:  # every search runs the engine
-            dataset._RANKINGS_KEPT = 0
-            env.data._ranked.clear()
+            dataset.RANKINGS_KEPT = 0
+            env.data.clear_rankings()
         steps = episodes = 0
         start = time.perf_counter()
         while time.perf_counter() - start < spec["seconds"]:

@@ -1,20 +1,33 @@
-"""``agentrl envs alfworld ...``: generate games, measure the engine's speed.
+"""``agentrl envs alfworld ...``: generate games.
 
 The engine is imported inside the run functions only, so ``agentrl --help`` stays fast and works
-without ``alfworld`` installed.
+without ``alfworld`` installed. The engine's benchmark is ``agentrl bench alfworld-steps``; the old
+spelling ``agentrl envs alfworld bench`` fails with one line naming it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
+
+from agentrl.errors import UsageError
+
+MOVED_BENCH = "`agentrl envs alfworld bench` moved: run `agentrl bench alfworld-steps` (same options)"
+
+
+class _MovedBench(argparse.Action):
+    """Refuses the old ``bench`` subcommand, whatever follows it, as soon as it is parsed."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise UsageError(MOVED_BENCH)
 
 
 def add_cli(subparsers) -> None:
     from agentrl.envs.alfworld.generate import SOLVERS
 
-    parser = subparsers.add_parser("alfworld", help="ALFWorld tools: generate games, benchmark the engine",
+    parser = subparsers.add_parser("alfworld", help="ALFWorld tools: generate games",
                                    description="ALFWorld tools (real alfworld/TextWorld engine).")
     sub = parser.add_subparsers(dest="alfworld_command", metavar="TOOL", required=True)
 
@@ -44,15 +57,9 @@ def add_cli(subparsers) -> None:
     gen.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     gen.set_defaults(_envs_run=run_generate)
 
-    bench = sub.add_parser("bench", help="measure engine steps/s in one process and over a process pool")
-    bench.add_argument("--data-dir", default=None, help="games to play (default: as the env resolves it)")
-    bench.add_argument("--split", default="valid_seen")
-    bench.add_argument("--episodes", type=int, default=6, help="episodes per process (default: %(default)s)")
-    bench.add_argument("--steps", type=int, default=20, help="random admissible steps per episode")
-    bench.add_argument("--workers", type=int, nargs="*", default=None,
-                       help="pool sizes to measure (default: 1 and the number of cores)")
-    bench.add_argument("--json", action="store_true", help="print one JSON object")
-    bench.set_defaults(_envs_run=run_bench)
+    # no help: the moved subcommand is not listed, but its old spelling gets the one-line error
+    moved = sub.add_parser("bench", add_help=False)
+    moved.add_argument("old_arguments", nargs=argparse.REMAINDER, action=_MovedBench)
 
 
 def generate_counts(args) -> dict[str, int]:
@@ -97,16 +104,3 @@ def run_generate(args) -> int:
                       "games_per_s": round(made / seconds, 3) if made else None}))
     return 0
 
-
-def run_bench(args) -> int:
-    from agentrl.envs.alfworld.pool import benchmark
-
-    sizes = args.workers or sorted({1, os.cpu_count() or 1})
-    results = [benchmark(size, args.data_dir, args.split, args.episodes, args.steps) for size in sizes]
-    if args.json:
-        print(json.dumps(results))
-    else:
-        for r in results:
-            print(f"workers={r['workers']}: {r['steps_per_s']:.2f} steps/s ({r['steps']} steps), "
-                  f"{r['resets_per_s']:.2f} resets/s, {r['seconds']:.1f} s")
-    return 0

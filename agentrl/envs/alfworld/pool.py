@@ -3,15 +3,14 @@
 Each worker process hosts several :class:`ALFWorldEnv` instances (env ``i`` lives on worker
 ``i % workers``) and serves batched ``reset``/``step`` requests over a pipe; the parent sends one
 message per worker and then collects the answers, so the workers step in parallel. The number of
-workers defaults to the number of cores (capped by the number of envs).
+workers defaults to the number of cores (capped by the number of envs). ``agentrl bench
+alfworld-steps`` measures its steps/s.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import random
-import time
 from typing import Any
 
 from agentrl.envs.base import TaskRef
@@ -112,44 +111,3 @@ class ALFWorldPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def benchmark(workers: int, data_dir: str | None, split: str = "valid_seen", episodes: int = 6,
-              steps: int = 20, seed: int = 0) -> dict[str, Any]:
-    """Random admissible play on ``workers`` envs, one per process; steps/s and resets/s overall.
-
-    Step time and reset time (loading a game) are timed separately; both are wall-clock over the
-    whole pool, so with ``workers`` processes they count the steps of all of them.
-    """
-    from agentrl.envs.alfworld.data import resolve_data_dir
-    from agentrl.envs.alfworld.tasks import list_split_games
-
-    data_dir = resolve_data_dir(data_dir)
-    n_games = len(list_split_games(data_dir, split))
-    rng = random.Random(seed)
-    total_steps = total_resets = 0
-    reset_seconds = step_seconds = 0.0
-    start = time.perf_counter()
-    with ALFWorldPool(workers, workers=workers, data_dir=data_dir) as pool:
-        for episode in range(episodes):
-            tasks = {i: TaskRef(split, (episode * workers + i) % n_games) for i in range(workers)}
-            t0 = time.perf_counter()
-            infos = {i: info for i, (_, info) in pool.reset(tasks).items()}
-            reset_seconds += time.perf_counter() - t0
-            total_resets += workers
-            active = set(infos)
-            for _ in range(steps):
-                if not active:
-                    break
-                actions = {i: rng.choice(infos[i]["admissible_actions"]) for i in sorted(active)}
-                t0 = time.perf_counter()
-                results = pool.step(actions)
-                step_seconds += time.perf_counter() - t0
-                total_steps += len(actions)
-                for i, (_, _, term, trunc, info) in results.items():
-                    infos[i] = info
-                    if term or trunc:
-                        active.discard(i)
-    return {"workers": workers, "steps": total_steps, "resets": total_resets,
-            "steps_per_s": total_steps / step_seconds if step_seconds else 0.0,
-            "resets_per_s": total_resets / reset_seconds if reset_seconds else 0.0,
-            "seconds": time.perf_counter() - start, "split": split}

@@ -47,7 +47,7 @@ GENERATOR_VERSION = 1  # bump when the generated catalogue changes
 AUTO_CACHE_MIN_BYTES = 64 << 20
 IN_MEMORY_MAX_GENERATED = 100_000
 _DECODED_PRODUCTS_KEPT = 4096
-_RANKINGS_KEPT = 1024
+RANKINGS_KEPT = 1024  # rankings each loaded WebShopData keeps (0: none, every search runs the engine)
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,13 @@ class WebShopData:
         ranking = self._ranked.get(query)
         if ranking is None:
             ranking = self._ranked[query] = self.search_engine.search(query)
-            if len(self._ranked) > _RANKINGS_KEPT:
+            if len(self._ranked) > RANKINGS_KEPT:
                 self._ranked.popitem(last=False)
         return ranking
+
+    def clear_rankings(self) -> None:
+        """Forget the kept rankings (with ``RANKINGS_KEPT = 0``, every later search runs the engine)."""
+        self._ranked.clear()
 
     def results(self, query: str) -> Results:
         """:meth:`search` as a sequence that decodes a product when it is read (a results page

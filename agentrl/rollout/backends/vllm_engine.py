@@ -111,7 +111,8 @@ class VllmBackend(GenerationBackend):
         self._counters = {"calls": 0, "prompts": 0, "generated_tokens": 0, "seconds": 0.0, "weight_loads": 0,
                           "sleeps": 0, "sleep_s": 0.0, "wake_s": 0.0}
 
-    def _sampling(self, sampling: SamplingParams, index: int):
+    def vllm_sampling_params(self, sampling: SamplingParams, index: int):
+        """vLLM's sampling settings of the ``index``-th prompt of a call (its seed is ``sampling.seed + index``)."""
         return self._vllm.SamplingParams(
             n=1, max_tokens=sampling.max_tokens, temperature=float(sampling.temperature),
             top_p=float(sampling.top_p), top_k=int(sampling.top_k), seed=int(sampling.seed + index) & 0x7FFF_FFFF,
@@ -126,7 +127,7 @@ class VllmBackend(GenerationBackend):
             self.wake_up()
         start = time.perf_counter()
         prompts = [{"prompt_token_ids": list(map(int, p))} for p in prompt_ids]
-        params = [self._sampling(sampling, i) for i in range(len(prompts))]
+        params = [self.vllm_sampling_params(sampling, i) for i in range(len(prompts))]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         results = []
         for out in outputs:

@@ -1,17 +1,19 @@
-#!/usr/bin/env python
-"""Learning benchmark of the tiny recipes: does RL add success over the SFT warm start?
+"""``agentrl bench learning``: does RL add success over the SFT warm start of the tiny recipes?
 
 For each recipe and seed this runs the real trainer (``agentrl train recipe=R trainer.seed=S``,
 one run at a time), then reads the run's ``metrics.jsonl``: validation success before RL (the
 warm start, iteration 0) and after the last iteration, the RL iterations done, the mean iteration
-time split into its parts, the SFT minutes and the run's wall time. It prints a Markdown table
-(per run, then the mean over seeds of each recipe) and writes everything as JSON.
+time split into its parts, the SFT minutes and the run's wall time. It prints each run's summary as
+a JSON line when the run ends, then a Markdown table (per run, then the mean over seeds of each
+recipe), and writes them to ``--out`` (``results.json``, ``table.md``, each run's log). With
+``--json`` the summaries go to stderr and stdout gets one JSON object at the end. The exit status
+is 1 when a run failed.
 
-    python scripts/bench_learning.py --recipes textcraft_grpo_tiny --seeds 0,1,2 --out /tmp/bench_learning
+    agentrl bench learning --recipes textcraft_grpo_tiny --seeds 0,1,2 --out /tmp/bench_learning
     # several RL seeds from one warm start (SFT once; its score is then the same for every seed):
-    python scripts/bench_learning.py --recipes textcraft_grpo_tiny --seeds 0,1,2 --share-sft
+    agentrl bench learning --recipes textcraft_grpo_tiny --seeds 0,1,2 --share-sft
     # estimator overhead on the same warm start and tasks:
-    python scripts/bench_learning.py --recipes textcraft_gigpo_tiny,textcraft_bipace_tiny --seeds 0 \\
+    agentrl bench learning --recipes textcraft_gigpo_tiny,textcraft_bipace_tiny --seeds 0 \\
         --init-checkpoint /tmp/bench_learning/.../sft_model trainer.iterations=6 trainer.eval_every=0
 
 Extra ``key=value`` arguments are passed to every run as config overrides.
@@ -19,7 +21,6 @@ Extra ``key=value`` arguments are passed to every run as config overrides.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -27,18 +28,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from agentrl.bench._common import cpu_name
+from agentrl.runs.tracking import read_metrics
+
+HELP = "tiny recipes trained for real, per recipe and seed: validation success after SFT and after RL, time"
 TIME_KEYS = ("time/iteration_s", "time/rollout_s", "time/learner_pass_s", "time/estimate_s", "time/update_s")
 
 
-def read_metrics(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a torn last line of a killed run
-            pass
-    return rows
+def add_arguments(parser) -> None:
+    parser.add_argument("--recipes", default="textcraft_grpo_tiny", help="comma-separated recipe names")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated trainer seeds")
+    parser.add_argument("--out", default="/tmp/bench_learning", help="output directory (runs, logs, results.json)")
+    parser.add_argument("--share-sft", action="store_true",
+                        help="warm-start every later seed of a recipe from the first seed's SFT model")
+    parser.add_argument("--init-checkpoint", default=None, help="start every run from this model directory")
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides for every run")
 
 
 def summarize_run(run_dir: Path) -> dict:
@@ -121,34 +127,26 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", default="textcraft_grpo_tiny", help="comma-separated recipe names")
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated trainer seeds")
-    parser.add_argument("--out", default="/tmp/bench_learning", help="output directory (runs, logs, results.json)")
-    parser.add_argument("--share-sft", action="store_true",
-                        help="warm-start every later seed of a recipe from the first seed's SFT model")
-    parser.add_argument("--init-checkpoint", default=None, help="start every run from this model directory")
-    parser.add_argument("overrides", nargs="*", help="key=value config overrides for every run")
-    args = parser.parse_args(argv)
+def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = []
+    progress = sys.stderr if args.json else sys.stdout
+    results: list[dict[str, Any]] = []
     for recipe in args.recipes.split(","):
         init = args.init_checkpoint
         for i, seed in enumerate(int(s) for s in args.seeds.split(",")):
             result = run_one(recipe, seed, out, args.overrides, init)
             results.append(result)
-            print(json.dumps(result), flush=True)
+            print(json.dumps(result), file=progress, flush=True)
             if args.share_sft and i == 0 and init is None:
                 sft_dir = out / f"{recipe}-seed{seed}" / "sft_model"
                 init = str(sft_dir) if sft_dir.is_dir() else None
             (out / "results.json").write_text(json.dumps(results, indent=2))
     report = table(results)
     (out / "table.md").write_text(report + "\n")
-    print(report)
+    if args.json:
+        meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "out": str(out), "overrides": list(args.overrides)}
+        print(json.dumps({"meta": meta, "results": results}, indent=2))
+    else:
+        print(report)
     return 0 if all(r["returncode"] == 0 for r in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
