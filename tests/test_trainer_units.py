@@ -166,3 +166,37 @@ def test_ipc_weight_sync_where_it_cannot_apply_is_a_usage_error():
     cfg = load_config("textcraft_grpo_tiny", ["rollout.weight_sync=ipc"])
     with pytest.raises(UsageError, match="rollout.weight_sync=ipc needs one learner rank"):
         weight_sync_path(cfg, "cpu", None, [])
+
+
+@pytest.mark.parametrize("overrides, cap", [
+    ([], 0.0),                                                      # sync: the learner's own policy sampled
+    (["trainer.mode=one_step_off"], 2.0),                           # ahead of the learner: corrected by default
+    (["trainer.mode=async"], 2.0),
+    (["trainer.mode=async", "learner.rollout_is_cap=3"], 3.0),
+    (["trainer.mode=async", "learner.rollout_is_cap=0"], 0.0),      # asked for: uncorrected (with a warning)
+])
+def test_the_off_policy_correction_is_on_by_default_when_the_rollout_runs_ahead(overrides, cap):
+    from agentrl.learner.losses import LossSettings
+
+    cfg = load_config("textcraft_grpo_tiny", overrides)
+    assert LossSettings.from_config(cfg.learner, trainer_mode=cfg.trainer.mode).rollout_is_cap == cap
+
+
+def test_an_uncorrected_overlapped_run_says_so(capsys):
+    from agentrl.training.modes import warn_if_uncorrected
+
+    warn_if_uncorrected(load_config("textcraft_grpo_tiny", ["trainer.mode=async"]))
+    assert capsys.readouterr().err == ""
+    warn_if_uncorrected(load_config("textcraft_grpo_tiny", ["trainer.mode=async", "learner.rollout_is_cap=0"]))
+    assert "has no off-policy correction" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.mode=async", "learner.recompute_logprobs=false"], "centres the PPO clip on the rollout's policy, up to 2"),
+    (["trainer.mode=one_step_off", "learner.recompute_logprobs=false"], "up to 1 version"),
+    (["trainer.filter_groups=true"], "trainer.filter_groups works on the group stream of trainer.mode=async"),
+    (["trainer.mode=one_step_off", "trainer.oversample=1.5"], "trainer.oversample works on the group stream"),
+])
+def test_settings_that_contradict_the_training_mode_are_refused(overrides, message):
+    with pytest.raises(UsageError, match=message):
+        load_config("textcraft_grpo_tiny", overrides)

@@ -68,3 +68,31 @@ def test_learner_update_on_rows_of_three_policy_versions(model_dir):
     assert metrics["pg_loss"] == pytest.approx(expected_pg, abs=1e-5)
     assert metrics["rollout_is_weight"] == pytest.approx(float((weight * mask).sum()) / tokens, abs=1e-5)
     assert metrics["rollout_is_capped"] == pytest.approx(float(mask[:2].sum()) / tokens, abs=1e-6)
+
+
+def test_clipped_and_capped_shares_are_reported_per_staleness_level(model_dir):
+    """trainer.mode=async, learner at version 2: rows of versions 0, 1, 2 are 2, 1, 0 versions stale.
+    Version 0's tokens are all capped (weight 4 > 2), the others never; the first step is at the
+    proximal policy, so nothing is clipped in one step; one row's second half was sampled after new
+    weights arrived (response_versions), so its tokens count one level fresher."""
+    cfg = learner_config(rollout_is_cap=2.0, kl_coef=0.0, entropy_coef=0.0, mini_batch_size=6)
+    cfg.trainer.mode, cfg.trainer.max_staleness = "async", 2
+    learner = Learner(cfg, model_dir)
+    batch = learner.compute_logprobs(step_batch(6, seed=9))
+    gap = torch.tensor([LOG(4.0), LOG(4.0), LOG(1.5), LOG(1.5), 0.0, 0.0]).unsqueeze(1)
+    versions = torch.tensor([0, 0, 1, 1, 2, 2]).unsqueeze(1).expand_as(batch.response_ids).clone()
+    versions[3, 1:] = 2       # row 3: version 1 for its first token, version 2 after
+    batch = batch.with_columns(policy_version=torch.tensor([0, 0, 1, 1, 2, 2]), response_versions=versions,
+                               rollout_logprobs=batch.old_logprobs - gap)
+    metrics = learner.update(batch, version=2)
+    trained = batch.response_mask > 0
+    for level, rows in ((2, [0, 1]), (1, [2]), (0, [4, 5])):
+        expected = float(trained[rows].sum()) + (float(trained[3, :1].sum()) if level == 1 else
+                                                  float(trained[3, 1:].sum()) if level == 0 else 0.0)
+        assert metrics[f"tokens_staleness_{level}"] == expected, level
+        assert metrics[f"pg_clipfrac_staleness_{level}"] == 0.0
+    assert metrics["rollout_is_capped_staleness_2"] == 1.0          # weight 4, capped at 2
+    assert metrics["rollout_is_capped_staleness_1"] == 0.0 and metrics["rollout_is_capped_staleness_0"] == 0.0
+    # a synchronous learner reports no levels
+    sync = Learner(learner_config(kl_coef=0.0), model_dir)
+    assert not any("staleness" in key for key in sync.update(batch, version=2))

@@ -209,3 +209,42 @@ def test_killed_ray_pool_actor_is_restarted_and_its_episodes_rerun(tokenizer, ra
     finally:
         for actor in actors:
             ray.kill(actor, no_restart=True)
+
+
+def test_the_group_pool_plays_an_episode_an_env_failure_ended_again_and_hands_the_group_back_whole(tokenizer, tmp_path):
+    from agentrl.rollout.group_pool import GroupPool, GroupSpec
+
+    client, pool = local_client(tmp_path, raise_step=2)
+    rollout_cfg, env_cfg = configs()
+    engine = RolloutEngine(ScriptedTextBackend(tokenizer, VALID), tokenizer, client, rollout_cfg, env_cfg,
+                           env_name="test-fault")
+    groups = GroupPool(engine, group_size=2, sampling=engine.sampling_params(seed=1), seed=1, failure_block=2)
+    groups.add([GroupSpec(TaskRef("tasks", 0), 0, 0), GroupSpec(TaskRef("tasks", 1), 1, 2)])
+    results = []
+    while groups.busy or groups.waiting:
+        results += groups.step()
+    stats = groups.drain_stats()
+    assert stats["env_failures"] == 1 and stats["episodes_rerun"] == 1 and pool.failures == 1
+    by_group = {int(r.batch.group_id[0]): r for r in results}
+    assert sorted(by_group) == [0, 1]
+    for group_id, result in by_group.items():
+        assert sorted(e.traj_id for e in result.episodes) == [2 * group_id, 2 * group_id + 1]
+        assert all(e.won and e.env_error is None for e in result.episodes)
+        rows = result.batch.traj_id.tolist()
+        assert all(rows.count(e.traj_id) == e.length == 3 for e in result.episodes)
+    client.close()
+
+
+def test_the_group_pool_stops_past_the_failure_cap(tokenizer, tmp_path):
+    from agentrl.rollout.group_pool import GroupPool, GroupSpec
+
+    client, _ = local_client(tmp_path, raise_step=2)
+    rollout_cfg, env_cfg = configs(max_env_failures=0, on_env_failure="mask")
+    engine = RolloutEngine(ScriptedTextBackend(tokenizer, VALID), tokenizer, client, rollout_cfg, env_cfg,
+                           env_name="test-fault")
+    groups = GroupPool(engine, group_size=2, sampling=engine.sampling_params(seed=1), seed=1, failure_block=2)
+    groups.add([GroupSpec(TaskRef("tasks", 0), 0, 0)])
+    with pytest.raises(EnvFailureLimitError, match="more than rollout.max_env_failures=0"):
+        while groups.busy or groups.waiting:
+            groups.step()
+    client.close()
