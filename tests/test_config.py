@@ -131,3 +131,58 @@ def test_settings_that_are_off_at_zero_refuse_values_below_their_bound(key, bad,
     for value in good:
         section, name = key.split(".")
         assert getattr(getattr(load_config(None, [f"{key}={value}"]), section), name) == float(value)
+
+
+def test_warm_start_techniques_are_generated_sections_of_trainer_sft():
+    import typing
+
+    from agentrl.warmstart.options import TECHNIQUES, DaggerOptions
+
+    sft_hints = typing.get_type_hints(type(Config().trainer.sft))
+    assert set(TECHNIQUES) == {"dagger", "recovery", "balance"}
+    for name, options in TECHNIQUES.items():
+        assert sft_hints[name] is options and getattr(Config().trainer.sft, name) == options()
+        for f in dataclasses.fields(options):
+            assert f"trainer.sft.{name}.{f.name}" in ALL_KEYS and f.metadata["help"]
+    assert {"trainer.sft.dagger.tasks", "trainer.sft.dagger.rounds", "trainer.sft.dagger.epochs",
+            "trainer.sft.dagger.lr", "trainer.sft.recovery.variants", "trainer.sft.balance.action_repeats",
+            "trainer.sft.epochs", "trainer.sft.cache_dir"} <= set(ALL_KEYS)
+    assert Config().trainer.sft.dagger == DaggerOptions(tasks=0, rounds=0, epochs=1.0, lr=1e-3)
+    cfg = load_config(None, ["trainer.sft.dagger.tasks=4", "trainer.sft.balance.action_repeats.take=5",
+                             "trainer.sft.recovery.variants=2"])
+    sft = cfg.trainer.sft
+    assert (sft.dagger.tasks, sft.balance.action_repeats, sft.recovery.variants) == (4, {"take": 5}, 2)
+    assert load_config("alfworld_grpo_tiny").trainer.sft.dagger == DaggerOptions(480, 1, 0.5, 1e-3)
+    assert load_config("textcraft_grpo_tiny").trainer.sft.recovery.variants == 1
+    for override, accepted in (("trainer.sft.dagger.tasks=-1", "int >= 0"), ("trainer.sft.dagger.lr=0", "float > 0"),
+                               ("trainer.sft.recovery.variants=-2", "int >= 0"),
+                               ("trainer.sft.balance.action_repeats=5", "dict")):
+        with pytest.raises(UsageError, match=rf"`{override.split('=')[0]}` = .* expected {accepted}"):
+            load_config(None, [override])
+
+
+OLD_WARM_START_KEYS = {"dagger_tasks": "dagger.tasks", "dagger_rounds": "dagger.rounds",
+                       "dagger_epochs": "dagger.epochs", "dagger_lr": "dagger.lr",
+                       "recovery_variants": "recovery.variants", "action_repeats": "balance.action_repeats"}
+
+
+@pytest.mark.parametrize("old, new", OLD_WARM_START_KEYS.items())
+def test_old_warm_start_keys_fail_in_one_line_naming_the_new_key(old, new, tmp_path):
+    value = "{take: 5}" if old == "action_repeats" else "1"
+    recipe = tmp_path / "old_keys.yaml"
+    recipe.write_text(f"trainer:\n  sft:\n    {old}: {value}\n")
+    for recipe_name, overrides in ((str(recipe), []), (None, [f"trainer.sft.{old}={value}"])):
+        with pytest.raises(UsageError) as err:
+            load_config(recipe_name, overrides)
+        message = str(err.value)
+        assert f"unknown config key `trainer.sft.{old}`; did you mean `trainer.sft.{new}`?" in message
+        assert "\n" not in message
+
+
+def test_dagger_rounds_need_dagger_tasks_when_the_config_loads():
+    with pytest.raises(UsageError) as err:
+        load_config(None, ["trainer.sft.dagger.rounds=2"])
+    assert str(err.value) == ("trainer.sft.dagger.rounds=2 needs the tasks each round's policy plays: set "
+                              "trainer.sft.dagger.tasks=N (e.g. 480), or trainer.sft.dagger.rounds=0")
+    cfg = load_config(None, ["trainer.sft.dagger.rounds=2", "trainer.sft.dagger.tasks=8"])
+    assert (cfg.trainer.sft.dagger.rounds, cfg.trainer.sft.dagger.tasks) == (2, 8)

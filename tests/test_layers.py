@@ -1,6 +1,11 @@
 """The package's layers (docs/architecture.md, "Layers"): no import, at module level or inside a
 function, runs from a lower layer up to a higher one; and no layer outside the estimators names an
-estimator (they ask the registry for its declarations)."""
+estimator (they ask the registry for its declarations).
+
+A unit is a top-level package or module of agentrl, or a module listed by its dotted name
+(``warmstart.options``): declarations that a lower layer reads sit low while the machinery of
+their package sits high. Importing such a module runs its packages' ``__init__`` files, so those
+import nothing above its layer."""
 
 import ast
 import re
@@ -11,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 # lowest first; a module may import its own layer and the ones below
 LAYERS = [
     {"__init__", "errors", "data"},
-    {"envs", "models", "estimators", "runtime", "weights"},
+    {"envs", "models", "estimators", "runtime", "weights", "warmstart.options"},
     {"config", "rollout", "runs"},
     {"learner", "warmstart"},
     {"training", "evaluation", "bench"},
@@ -23,9 +28,17 @@ LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 INDEPENDENT = [("learner", "rollout")]
 
 
-def unit_of(path: Path) -> str:
-    parts = path.relative_to(PACKAGE).with_suffix("").parts
+def listed_unit(parts: tuple[str, ...] | list[str]) -> str:
+    """The most specific listed unit holding the module ``agentrl.<parts>`` (``warmstart.options``
+    before ``warmstart``); an unlisted top-level name as it is."""
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in LAYER_OF:
+            return ".".join(parts[:end])
     return parts[0]
+
+
+def unit_of(path: Path) -> str:
+    return listed_unit(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
 def imported_units(path: Path) -> set[str]:
@@ -40,7 +53,7 @@ def imported_units(path: Path) -> set[str]:
         for name in names:
             parts = name.split(".")
             if parts[0] == "agentrl" and len(parts) > 1:
-                units.add(parts[1])
+                units.add(listed_unit(parts[1:]))
     return units
 
 
@@ -57,6 +70,19 @@ def test_no_import_runs_up_the_layers():
             if target in LAYER_OF and LAYER_OF[target] > LAYER_OF[source]:
                 upward.append(f"{path.relative_to(PACKAGE.parent)} imports agentrl.{target}")
     assert not upward, "imports from a lower layer up to a higher one:\n" + "\n".join(upward)
+
+
+def test_a_low_module_of_a_high_package_imports_it_without_running_its_machinery():
+    dotted = [unit for unit in LAYER_OF if "." in unit]
+    assert dotted, "no dotted unit listed: this test checks nothing"
+    upward = []
+    for unit in dotted:
+        parts = unit.split(".")
+        for end in range(1, len(parts)):
+            init = PACKAGE.joinpath(*parts[:end], "__init__.py")
+            above = sorted(t for t in imported_units(init) if LAYER_OF.get(t, 0) > LAYER_OF[unit])
+            upward += [f"{init.relative_to(PACKAGE.parent)} imports agentrl.{t}, above {unit}" for t in above]
+    assert not upward, "importing a low module would run imports of higher layers:\n" + "\n".join(upward)
 
 
 def test_independent_units_do_not_import_each_other():

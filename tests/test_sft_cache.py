@@ -11,7 +11,7 @@ import torch
 from agentrl.config import load_config
 from agentrl.models import load_model
 from agentrl.runs.directory import RunDirectory
-from agentrl.warmstart.cache import cache_entry, cache_key
+from agentrl.warmstart.cache import cache_entry, cache_key, warm_start_settings
 from agentrl.warmstart.starting_policy import starting_policy
 
 SMALL_SFT = ["trainer.sft.tasks=8", "trainer.sft.epochs=1", "trainer.sft.batch_size=8", "trainer.sft.max_minutes=0",
@@ -34,8 +34,17 @@ def test_key_ignores_the_estimator_and_rl_settings_but_not_the_warm_start_ones(t
                                  "env.group_size=4")) == base
     for change in ("trainer.seed=1", "trainer.sft.epochs=2", "model.tiny.hidden_size=64",
                    "rollout.max_prompt_tokens=128", "env.history_length=1", "env.history_count_repeats=true",
-                   "trainer.sft.recovery_variants=0", "trainer.sft.action_repeats.get=2"):
+                   "trainer.sft.recovery.variants=0", "trainer.sft.balance.action_repeats.get=2"):
         assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", change)) != base, change
+
+
+def test_key_names_the_technique_settings_as_before_each_technique_had_its_section(tmp_path):
+    # trainer.sft.dagger.tasks was trainer.sft.dagger_tasks: warm starts cached then keep their keys
+    cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.dagger.tasks=4",
+                      "trainer.sft.balance.action_repeats.get=2")
+    sft = warm_start_settings(cfg)["sft"]
+    assert {"recovery_variants": 1, "dagger_tasks": 4, "action_repeats": {"get": 2}}.items() <= sft.items()
+    assert not set(sft) & {"dagger", "recovery", "balance", "dagger_rounds", "dagger_epochs", "dagger_lr"}
 
 
 def test_key_does_not_depend_on_how_the_cache_dir_is_spelled(tmp_path, monkeypatch):
@@ -133,7 +142,7 @@ def test_action_repeats_add_the_repeated_examples_to_each_epoch(tmp_path):
     plain = json.loads((Path(starting_policy(plain_cfg, RunDirectory.create(plain_cfg, None))) /
                         "sft_summary.json").read_text())
     cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=more", "trainer.sft.cache_dir=''",
-                      "trainer.sft.action_repeats.get=3")
+                      "trainer.sft.balance.action_repeats.get=3")
     more = json.loads((Path(starting_policy(cfg, RunDirectory.create(cfg, None))) / "sft_summary.json").read_text())
     assert plain["repeated_examples"] == 0 and more["repeated_examples"] > 0
     assert more["examples"] == plain["examples"] + more["repeated_examples"]
@@ -144,11 +153,11 @@ def test_dagger_tasks_enter_the_key_only_when_set_and_need_a_step_wise_expert(tm
     import pytest
 
     base = cache_key(tiny_config(tmp_path))
-    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.dagger_tasks=0")) == base
-    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.dagger_tasks=4")) != base
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.dagger.tasks=0")) == base
+    assert cache_key(tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.sft.dagger.tasks=4")) != base
     cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=dagger", "trainer.sft.cache_dir=''",
-                      "trainer.sft.dagger_tasks=4")
+                      "trainer.sft.dagger.tasks=4")
     from agentrl.errors import UsageError
 
-    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks=0"):
+    with pytest.raises(UsageError, match="trainer.sft.dagger.tasks=0"):
         starting_policy(cfg, RunDirectory.create(cfg, None))

@@ -1,4 +1,4 @@
-"""trainer.sft.dagger_rounds: after the expert epochs, the model trained so far plays, the expert labels."""
+"""trainer.sft.dagger.rounds: after the expert epochs, the model trained so far plays, the expert labels."""
 
 from __future__ import annotations
 
@@ -44,15 +44,15 @@ def test_a_round_plays_the_model_after_the_expert_epochs_and_trains_on_its_label
     monkeypatch.setattr(sft_module, "_dagger_demonstrations", spy)
     monkeypatch.setattr(sft_module, "STATUS_EVERY_S", 0.0)   # a progress line after every step
     logged, lines = [], []
-    cfg = _config(tmp_path, alfworld_search_games, "trainer.run_name=rounds", "trainer.sft.dagger_tasks=2",
-                  "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_epochs=1", "trainer.sft.dagger_lr=5e-4")
+    cfg = _config(tmp_path, alfworld_search_games, "trainer.run_name=rounds", "trainer.sft.dagger.tasks=2",
+                  "trainer.sft.dagger.rounds=1", "trainer.sft.dagger.epochs=1", "trainer.sft.dagger.lr=5e-4")
     run = RunDirectory.create(cfg, None)
     final = Path(starting_policy(cfg, run, log=logged.append, status=lines.append))
     summary = json.loads((final / "sft_summary.json").read_text())
 
     # the expert epochs alone, from the same initial model and seed
-    plain_cfg = _config(tmp_path, alfworld_search_games, "trainer.run_name=plain", "trainer.sft.dagger_rounds=0",
-                        "trainer.sft.dagger_tasks=0")
+    plain_cfg = _config(tmp_path, alfworld_search_games, "trainer.run_name=plain", "trainer.sft.dagger.rounds=0",
+                        "trainer.sft.dagger.tasks=0")
     plain = sft_module.run_sft(plain_cfg, str(run.path / "init_model"), tmp_path / "plain_model")
     assert len(played) == 1, "one round, one DAgger pass"
     after_expert_epochs = _weights(tmp_path / "plain_model")
@@ -96,17 +96,17 @@ def _assert_progress_lines(lines: list[str], summary: dict, plain: dict, final: 
 
 
 def test_rounds_without_tasks_stop_before_any_work(tmp_path, alfworld_search_games):
-    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks=N"):  # when the config loads: nothing has run
-        _config(tmp_path, alfworld_search_games, "trainer.sft.dagger_rounds=1", "trainer.sft.dagger_tasks=0")
+    with pytest.raises(UsageError, match="trainer.sft.dagger.tasks=N"):  # when the config loads: nothing has run
+        _config(tmp_path, alfworld_search_games, "trainer.sft.dagger.rounds=1", "trainer.sft.dagger.tasks=0")
     assert not (tmp_path / "runs").exists()
 
 
 def test_round_settings_enter_the_cache_key_only_with_rounds(tmp_path, alfworld_search_games):
     def key(*extra):
-        return cache_key(_config(tmp_path, alfworld_search_games, "trainer.sft.dagger_rounds=0", *extra))
+        return cache_key(_config(tmp_path, alfworld_search_games, "trainer.sft.dagger.rounds=0", *extra))
 
     base = key()
-    assert key("trainer.sft.dagger_epochs=3") == base and key("trainer.sft.dagger_lr=1e-2") == base
-    with_round = key("trainer.sft.dagger_rounds=1")
+    assert key("trainer.sft.dagger.epochs=3") == base and key("trainer.sft.dagger.lr=1e-2") == base
+    with_round = key("trainer.sft.dagger.rounds=1")
     assert with_round != base
-    assert key("trainer.sft.dagger_rounds=1", "trainer.sft.dagger_epochs=3") != with_round
+    assert key("trainer.sft.dagger.rounds=1", "trainer.sft.dagger.epochs=3") != with_round

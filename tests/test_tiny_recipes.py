@@ -270,8 +270,8 @@ def test_tiny_alfworld_recipes_generate_the_games_they_train_and_validate_on(est
     assert options["solver"] == "search", "only the searching expert's episodes can be imitated by the tiny model"
     counts = kwargs["generated_counts"]
     assert cfg.env.train_split != cfg.env.eval_split and cfg.eval.num_tasks <= counts[cfg.env.eval_split]
-    assert max(sft.tasks, sft.dagger_tasks, cfg.tokenizer.corpus_tasks) <= counts[cfg.env.train_split]
-    assert sft.dagger_rounds >= 1 and sft.dagger_tasks > 0 and cfg.env.history_count_repeats
+    assert max(sft.tasks, sft.dagger.tasks, cfg.tokenizer.corpus_tasks) <= counts[cfg.env.train_split]
+    assert sft.dagger.rounds >= 1 and sft.dagger.tasks > 0 and cfg.env.history_count_repeats
     assert sft.max_minutes == 0, "a step-bounded warm start: the same on any machine, and cacheable"
     # guided runs from the recipe's 20 % start fell to 2.5-16.3 %; unguided ones stayed >= 16.9 % (docs/benchmarks.md, ALFWorld tiny)
     assert not cfg.rollout.expert_guidance and cfg.rollout.noop_penalty > 0

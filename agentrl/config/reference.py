@@ -1,4 +1,5 @@
-"""The configuration reference (docs/configuration.md), generated from the config dataclasses.
+"""The configuration reference (docs/configuration.md), generated from the config dataclasses
+(with the sections they generate from the estimators' and the warm-start techniques' declarations).
 
 ``python -m agentrl.config.reference > docs/configuration.md`` rewrites it; a test fails when the
 committed file differs from what the dataclasses say.
@@ -64,8 +65,9 @@ files go, never the numbers a recipe produces (except where a line says so).
 
 def render() -> str:
     lines = ["# Configuration reference", "",
-             "Generated from `agentrl/config/schema.py` and the estimators' `Params` (`agentrl/estimators/`) by",
-             "`python -m agentrl.config.reference`; do not edit by hand.",
+             "Generated from `agentrl/config/schema.py`, the estimators' `Params` (`agentrl/estimators/`) and the",
+             "warm-start techniques' options (`agentrl/warmstart/options.py`) by `python -m agentrl.config.reference`;",
+             "do not edit by hand.",
              "Recipes (`agentrl/recipes/`) override these defaults and `key=value` arguments override recipes, e.g.",
              "`agentrl train recipe=alfworld_gigpo_qwen1.5b learner.lr=2e-6 env.group_size=4`.", ""]
     _section(Config, "", lines)

@@ -1,9 +1,12 @@
 """Typed configuration: every field with its default, its help text and what it accepts.
 
 The tree (``Config``) is built from the dataclass defaults, then the recipe's YAML files, then
-``key=value`` overrides (see :mod:`agentrl.config.loading`). Field metadata:
+``key=value`` overrides (see :mod:`agentrl.config.loading`). Two sections are generated from
+declarations that live with the code that reads them: ``algorithm`` from the estimators' ``Params``
+(agentrl.estimators) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
+...) from agentrl.warmstart.options. Field metadata:
 
-``help``     one line shown by ``agentrl config --help-fields`` and in docs/configuration.md
+``help``     one line shown by ``agentrl config --keys`` and in docs/configuration.md
 ``choices``  the accepted values (strings)
 ``min``/``max`` inclusive numeric bounds; ``gt`` an exclusive lower bound
 """
@@ -14,8 +17,6 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
-
-from agentrl.errors import UsageError
 
 
 def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
@@ -255,7 +256,9 @@ class LearnerConfig:
 
 # ------------------------------------------------------------------------------------ sft / trainer
 @dataclass
-class SftConfig:
+class SftGeneralSettings:
+    """``trainer.sft``'s own keys; the warm-start techniques' sections are added by :func:`_sft_config_class`."""
+
     enabled: str = F("auto", "auto = warm-start tiny models when no checkpoint is given", choices=("auto", "yes", "no"))
     tasks: int = F(400, "training tasks whose expert demonstrations are used", min=1)
     epochs: float = F(3.0, "passes over the demonstrations", gt=0)
@@ -264,26 +267,6 @@ class SftConfig:
     split: Optional[str] = F(None, "split whose expert demonstrations SFT and the tokenizer corpus use; null = "
                              "env.train_split (set it to warm-start on one split and run RL on another, e.g. RL on "
                              "pool_depth2_wide after SFT on pool_depth2)")
-    recovery_variants: int = F(0, "per expert episode, up to this many recovery variants: the expert does the last "
-                               "action of a run once too often (longest runs first), then goes on with its plan; "
-                               "only the steps after the extra action are trained, so the policy learns to recover "
-                               "from an overshoot it makes itself (docs/quickstart.md); 0 = off", min=0)
-    action_repeats: dict = F(help="class balance: a demonstration whose action starts with KEY appears VALUE times "
-                             "per epoch, e.g. {take: 5} (ALFWorld's pick tasks have one take step in ~12; without "
-                             "it a tiny model never learned to take the goal's object, docs/benchmarks.md); a KEY "
-                             "'<kind> after <kind>' matches an action kind right after an action of the second kind "
-                             "('go after take': ALFWorld's turn to the destination) and wins over the plain kind; "
-                             "{} = each once", factory=dict)
-    dagger_tasks: int = F(0, "DAgger: a policy plays this many training tasks greedily and the env's step-wise "
-                          "expert labels every state it reaches; those examples join the expert's demonstrations "
-                          "(ALFWorld; agentrl.warmstart.dagger). With dagger_rounds=0 the starting model "
-                          "(trainer.init_checkpoint) plays, before training; 0 = off", min=0)
-    dagger_rounds: int = F(0, "DAgger rounds after the expert epochs: each round, the model trained so far plays "
-                           "dagger_tasks tasks, and dagger_epochs at dagger_lr go over the demonstrations and every "
-                           "round's labelled states, so one command warm-starts from scratch and corrects its own "
-                           "mistakes; 0 = none", min=0)
-    dagger_epochs: float = F(1.0, "passes over the demonstrations and labelled states in each DAgger round", gt=0)
-    dagger_lr: float = F(1e-3, "peak learning rate of each DAgger round (cosine decay, like the expert epochs)", gt=0)
     demonstration_workers: int = F(1, "processes that play the expert episodes for SFT and the tokenizer corpus "
                                    "(ALFWorld loads each game in ~0.6-3 s; the demonstrations do not depend on it)",
                                    min=1)
@@ -293,10 +276,23 @@ class SftConfig:
                        "settings it depends on (model, tokenizer, env, prompt, SFT settings, seed; not the "
                        "estimator or RL settings); only step-bounded SFT (max_minutes = 0) is cached; '' = off")
 
-    def __post_init__(self):
-        if self.dagger_rounds and not self.dagger_tasks:
-            raise UsageError(f"trainer.sft.dagger_rounds={self.dagger_rounds} needs the tasks each round's policy "
-                             "plays: set trainer.sft.dagger_tasks=N (e.g. 480), or trainer.sft.dagger_rounds=0")
+
+def _sft_config_class() -> type:
+    """``trainer.sft``: the general keys (``trainer.sft.<key>``) and one section per warm-start technique
+    (``trainer.sft.<technique>.<key>``), generated from the techniques' declarations
+    (agentrl.warmstart.options); a section's type is the technique's own options dataclass."""
+    from agentrl.warmstart.options import TECHNIQUES
+
+    hints = typing.get_type_hints(SftGeneralSettings)
+    fields: list[tuple[str, Any, Any]] = [
+        (f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                   metadata=f.metadata))
+        for f in dataclasses.fields(SftGeneralSettings)]
+    fields += [(name, options, F(help=options.title, factory=options)) for name, options in TECHNIQUES.items()]
+    return dataclasses.make_dataclass("SftConfig", fields, namespace={"__module__": __name__})
+
+
+SftConfig = _sft_config_class()
 
 
 @dataclass

@@ -97,13 +97,13 @@ class TextEnv(gym.Env, abc.ABC):
 
     def expert_next_action(self) -> str:
         """The expert's command for the current state, however the agent reached it: the labels of a
-        DAgger pass (``trainer.sft.dagger_tasks``), where the policy drives and the expert only
+        DAgger pass (``trainer.sft.dagger.tasks``), where the policy drives and the expert only
         answers. Environments whose expert is a fixed plan from reset do not provide it."""
         from agentrl.errors import UsageError
 
         raise UsageError(
             f"env {self.name!r} has no step-wise expert (expert_next_action): its expert only plans from reset, "
-            "so it cannot label a policy's states; set trainer.sft.dagger_tasks=0 (ALFWorld provides one)")
+            "so it cannot label a policy's states; set trainer.sft.dagger.tasks=0 (ALFWorld provides one)")
 
     # ----- the protocol ------------------------------------------------------------------------
     def reset(self, task: TaskRef | None = None, *, seed: int | None = None,

@@ -5,7 +5,9 @@ demonstrations) depends only on the model, tokenizer, environment and prompt set
 settings and the seed: not on the estimator, the RL learning rate or the rollout temperature. A
 sweep of four estimators x three seeds therefore needs three warm starts, not twelve. The cache
 keys each warm start by a hash of exactly those settings plus the agentrl version, and stores
-the finished ``sft_model`` directory under ``<cache_dir>/<key>``.
+the finished ``sft_model`` directory under ``<cache_dir>/<key>``. The techniques' settings
+(``trainer.sft.dagger.tasks`` ...) enter the key under the flat names they had before each
+technique had its section (``dagger_tasks``), so warm starts cached then are still found.
 
 Only step-bounded SFT is cached: with ``trainer.sft.max_minutes > 0`` the number of steps
 depends on the machine's speed and load, so two runs with the same settings would differ.
@@ -32,6 +34,24 @@ ROLLOUT_KEYS = ("max_prompt_tokens", "prompt_truncation", "enable_thinking", "sh
 # with any number of demonstration workers; the split is keyed as env.train_split, the split the
 # demonstrations come from
 SFT_KEYS_NOT_IN_KEY = ("cache_dir", "enabled", "split", "demonstration_workers")
+# the techniques' settings (trainer.sft.<technique>.<key>) under the names they had when they were
+# trainer.sft.<name>, so keys made then stay the same; a setting not listed is keyed as "<technique>.<key>"
+FLAT_NAMES = {"dagger.tasks": "dagger_tasks", "dagger.rounds": "dagger_rounds", "dagger.epochs": "dagger_epochs",
+              "dagger.lr": "dagger_lr", "recovery.variants": "recovery_variants",
+              "balance.action_repeats": "action_repeats"}
+
+
+def _flat_sft_settings(cfg: Config) -> dict:
+    """``trainer.sft``'s settings that shape the warm start, one flat dict: the general keys, then
+    each technique's keys under their :data:`FLAT_NAMES`."""
+    from agentrl.warmstart.options import TECHNIQUES
+
+    sft = dataclasses.asdict(cfg.trainer.sft)
+    flat = {k: v for k, v in sft.items() if k not in SFT_KEYS_NOT_IN_KEY and k not in TECHNIQUES}
+    for technique in TECHNIQUES:
+        for key, value in sft[technique].items():
+            flat[FLAT_NAMES.get(f"{technique}.{key}", f"{technique}.{key}")] = value
+    return flat
 
 
 def warm_start_settings(cfg: Config) -> dict:
@@ -44,7 +64,7 @@ def warm_start_settings(cfg: Config) -> dict:
     env = dataclasses.asdict(cfg.env)
     env["train_split"] = demonstration_split(cfg)
     rollout = dataclasses.asdict(cfg.rollout)
-    sft = {k: v for k, v in dataclasses.asdict(cfg.trainer.sft).items() if k not in SFT_KEYS_NOT_IN_KEY}
+    sft = _flat_sft_settings(cfg)
     for option in ("action_repeats", "dagger_tasks", "dagger_rounds"):  # keys made before an option existed
         if not sft[option]:                                                  # stay the same
             del sft[option]

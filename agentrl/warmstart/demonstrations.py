@@ -4,7 +4,7 @@ They are the SFT warm-start data and the text a tiny model's tokenizer is traine
 episode is played by the environment's expert solver and rendered step by step with the same
 prompt builder the rollout uses, so SFT sees exactly the prompts RL will show.
 
-Recovery variants (``trainer.sft.recovery_variants``) add episodes in which the expert does the
+Recovery variants (``trainer.sft.recovery.variants``) add episodes in which the expert does the
 last action of a run once too often, as a policy that lost count does (TextCraft's ninth ``craft 1
 gold ingot`` from 72 nuggets), and then goes on with its plan. Only the steps after that extra
 action become demonstrations: the policy learns what to do once it has overshot, never the
@@ -172,24 +172,25 @@ def repeat_key(demo: Demonstration, env_name: str) -> tuple[str, str | None]:
 
 
 def repeat_by_action(demos: list[Demonstration], repeats: dict, env_name: str) -> list[Demonstration]:
-    """Each demonstration ``repeats[key]`` times in a row, others once: ``trainer.sft.action_repeats``,
-    class balance for decisions the expert takes rarely. A key is an action kind (:func:`action_kind`:
-    ``take``) or a kind after the kind of the action taken just before (``go after take``: ALFWorld's
-    turn from searching to carrying); the second is the more specific and wins when both match."""
+    """Each demonstration ``repeats[key]`` times in a row, others once:
+    ``trainer.sft.balance.action_repeats``, class balance for decisions the expert takes rarely. A key
+    is an action kind (:func:`action_kind`: ``take``) or a kind after the kind of the action taken
+    just before (``go after take``: ALFWorld's turn from searching to carrying); the second is the
+    more specific and wins when both match."""
     from agentrl.errors import UsageError
 
     for kind, count in repeats.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise UsageError(f"trainer.sft.action_repeats.{kind}={count!r}: expected a whole number >= 1 "
+            raise UsageError(f"trainer.sft.balance.action_repeats.{kind}={count!r}: expected a whole number >= 1 "
                              "(how many times each such demonstration appears per epoch)")
     if not repeats:
         return list(demos)
     keys = [repeat_key(d, env_name) for d in demos]
     unused = sorted(set(repeats) - {k for pair in keys for k in pair if k})
     if unused:
-        raise UsageError(f"trainer.sft.action_repeats names {unused}, which no demonstration matches (actions "
-                         f"start with {sorted({kind for kind, _ in keys})}; '<kind> after <kind>' names a kind "
-                         f"after the previous action's kind)")
+        raise UsageError(f"trainer.sft.balance.action_repeats names {unused}, which no demonstration matches "
+                         f"(actions start with {sorted({kind for kind, _ in keys})}; '<kind> after <kind>' names "
+                         f"a kind after the previous action's kind)")
     counts = [repeats.get(after, repeats.get(kind, 1)) for kind, after in keys]
     return [d for d, count in zip(demos, counts) for _ in range(count)]
 

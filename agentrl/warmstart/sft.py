@@ -87,7 +87,7 @@ def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _dagger_demonstrations(cfg, model_dir: str, split: str):
-    """The greedy episodes of the model in ``model_dir`` on ``trainer.sft.dagger_tasks`` training tasks
+    """The greedy episodes of the model in ``model_dir`` on ``trainer.sft.dagger.tasks`` training tasks
     (the first ones of the SFT order), every state labelled by the env's expert (agentrl.warmstart.dagger)."""
     from agentrl.warmstart.dagger import policy_demonstrations
 
@@ -95,7 +95,7 @@ def _dagger_demonstrations(cfg, model_dir: str, split: str):
     start = time.time()
     result = policy_demonstrations(
         env.name, demonstration_env_kwargs(cfg), split,
-        training_tasks(env.name, env.kwargs, split, sft.dagger_tasks, cfg.trainer.seed), model_dir=model_dir,
+        training_tasks(env.name, env.kwargs, split, sft.dagger.tasks, cfg.trainer.seed), model_dir=model_dir,
         rollout_cfg=cfg.rollout, history_length=env.history_length, count_repeats=env.history_count_repeats,
         max_steps=env.max_steps, workers=sft.demonstration_workers)
     if not result.demonstrations:
@@ -177,13 +177,13 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
             status: Callable[[str], None] | None = None) -> dict:
     """Fine-tune ``model_dir`` on expert demonstrations; write the result to ``out_dir``.
 
-    The phases, in order (docs/quickstart.md, SFT step):
+    The phases, in order (docs/quickstart.md, SFT step; the keys are ``trainer.sft``'s):
 
-    1. with ``dagger_tasks`` > 0 and ``dagger_rounds`` = 0, the starting model's DAgger pass, whose
+    1. with ``dagger.tasks`` > 0 and ``dagger.rounds`` = 0, the starting model's DAgger pass, whose
        labelled states join the demonstrations;
-    2. ``epochs`` over the demonstrations (``action_repeats`` applied) at ``lr``;
-    3. each of ``dagger_rounds``: the model trained so far plays ``dagger_tasks`` tasks, the expert
-       labels the states, and ``dagger_epochs`` at ``dagger_lr`` go over the demonstrations and every
+    2. ``epochs`` over the demonstrations (``balance.action_repeats`` applied) at ``lr``;
+    3. each of ``dagger.rounds``: the model trained so far plays ``dagger.tasks`` tasks, the expert
+       labels the states, and ``dagger.epochs`` at ``dagger.lr`` go over the demonstrations and every
        round's labelled states.
 
     Returns a summary (examples, optimizer steps, final loss, minutes). ``log`` receives one dict
@@ -205,15 +205,15 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                                  think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
                                  show_admissible=cfg.rollout.show_admissible,
                                  count_repeats=env.history_count_repeats,
-                                 recovery_variants=sft.recovery_variants,
+                                 recovery_variants=sft.recovery.variants,
                                  workers=sft.demonstration_workers))
     if not demos:
         raise RuntimeError(f"the {env.name} expert produced no winning demonstration on split {split!r}")
     episodes, recovery_examples = sum(d.step == 0 for d in demos), sum(d.recovery for d in demos)
     dagger_summary = {}
     say(f"sft: {episodes} winning expert episodes, {len(demos)} steps ({recovery_examples} recovery steps)")
-    if sft.dagger_tasks > 0 and sft.dagger_rounds == 0:
-        say(f"sft DAgger pass: the starting model plays {sft.dagger_tasks} tasks, the expert labels its states")
+    if sft.dagger.tasks > 0 and sft.dagger.rounds == 0:
+        say(f"sft DAgger pass: the starting model plays {sft.dagger.tasks} tasks, the expert labels its states")
         dagger, minutes = _dagger_demonstrations(cfg, model_dir, split)
         say(f"sft DAgger pass: {len(dagger.demonstrations)} labelled states in {minutes:.1f} min")
         demos += dagger.demonstrations
@@ -221,7 +221,7 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
 
     def encoded(played: list[Demonstration]) -> list[SftExample]:
         return [encode_demonstration(tokenizer, d, cfg.rollout.max_prompt_tokens)
-                for d in repeat_by_action(played, sft.action_repeats, env.name)]
+                for d in repeat_by_action(played, sft.balance.action_repeats, env.name)]
 
     examples = encoded(demos)
     common = dict(pad_id=tokenizer.pad_token_id, rng=rng, log=log, status=status, batch_size=sft.batch_size,
@@ -232,14 +232,14 @@ def run_sft(cfg, model_dir: str, out_dir: str | Path, log: Callable[[dict], None
                "tokens": sum(len(e.input_ids) for e in examples)}
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".partial")
-    for round_ in range(1, sft.dagger_rounds + 1):
+    for round_ in range(1, sft.dagger.rounds + 1):
         _save(model, tokenizer, tmp)   # the model the round's pass plays
-        say(f"sft DAgger round {round_}: the model plays {sft.dagger_tasks} tasks, the expert labels its states")
+        say(f"sft DAgger round {round_}: the model plays {sft.dagger.tasks} tasks, the expert labels its states")
         dagger, minutes = _dagger_demonstrations(cfg, str(tmp), split)
         say(f"sft DAgger round {round_}: {len(dagger.demonstrations)} labelled states in {minutes:.1f} min")
         demos += dagger.demonstrations
         examples = encoded(demos)
-        phases.append(_train_phase(model, examples, epochs=sft.dagger_epochs, lr=sft.dagger_lr, **common,
+        phases.append(_train_phase(model, examples, epochs=sft.dagger.epochs, lr=sft.dagger.lr, **common,
                                    name=f"DAgger round {round_}", step_offset=sum(p.steps for p in phases)))
         summary.update({f"{k}_round{round_}": v for k, v in dagger.summary().items()})
         summary.update({f"dagger_minutes_round{round_}": minutes, f"examples_round{round_}": len(examples),

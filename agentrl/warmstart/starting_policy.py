@@ -28,7 +28,7 @@ def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
                             think=cfg.rollout.enable_thinking, style=cfg.rollout.prompt_style,
                             show_admissible=cfg.rollout.show_admissible,
                             count_repeats=cfg.env.history_count_repeats,
-                            recovery_variants=cfg.trainer.sft.recovery_variants,
+                            recovery_variants=cfg.trainer.sft.recovery.variants,
                             workers=cfg.trainer.sft.demonstration_workers)
 
     return build

@@ -345,7 +345,7 @@ def test_an_env_without_a_step_wise_expert_says_so():
     env.reset(TaskRef("depth2", 0))
     from agentrl.errors import UsageError
 
-    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks"):
+    with pytest.raises(UsageError, match="trainer.sft.dagger.tasks"):
         env.expert_next_action()
 
 

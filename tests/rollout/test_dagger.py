@@ -78,6 +78,6 @@ def test_dagger_on_an_env_without_a_step_wise_expert_is_an_error(tiny_model_dir)
 
     from agentrl.errors import UsageError
 
-    with pytest.raises(UsageError, match="trainer.sft.dagger_tasks=0"):
+    with pytest.raises(UsageError, match="trainer.sft.dagger.tasks=0"):
         policy_demonstrations("textcraft", {"max_steps": 3}, "depth2", [0], model_dir=tiny_model_dir,
                               rollout_cfg=rollout_config(), history_length=2, count_repeats=False, max_steps=3)
