@@ -232,3 +232,35 @@ def test_record_hidden_rejects_a_layer_the_model_does_not_have(tiny_model_dir):
     with pytest.raises(ValueError, match=rf"hidden-state layer {layers + 1} .*-{layers + 1}\.\.{layers}"):
         backend.record_hidden(layers + 1)
     assert backend.hidden_index is None
+
+
+def test_weights_arriving_between_two_tokens_finish_the_response_on_the_new_model(tiny_model_dir, tiny_tokenizer):
+    """The worker's hook loads new weights after the third token: the tokens before it are the old
+    model's (version 0), the ones after are sampled from the new model over the whole prefix (the
+    cache is rebuilt), each token's version recorded."""
+    backend = TorchBackend.from_pretrained(tiny_model_dir)
+    old, new = load_model(tiny_model_dir), build_tiny_model(TINY, tiny_tokenizer, seed=99).eval()
+    calls = []
+
+    def weights_between_tokens() -> int:
+        calls.append(len(calls))
+        if len(calls) == 3:        # the first call is at the start; the third after the second token
+            backend.load_weights(new.state_dict())
+        return 7 if len(calls) >= 3 else 0
+
+    backend.weights_between_tokens = weights_between_tokens
+    prompts = _prompts(tiny_tokenizer)
+    out = backend.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0))
+    assert backend.stats()["weight_switches"] == 1
+    for prompt, gen in zip(prompts, out):
+        assert gen.versions == [0, 0] + [7] * (len(gen.token_ids) - 2)
+        assert torch.allclose(_reference_logprobs(old, prompt, gen.token_ids)[:2], torch.tensor(gen.logprobs[:2]),
+                              atol=1e-5)
+        reference = _reference_logprobs(new, prompt, gen.token_ids)[2:]
+        assert torch.allclose(reference, torch.tensor(gen.logprobs[2:]), atol=1e-5)
+        # greedy on the new model from the switch on
+        continued = new.generate(torch.tensor([prompt + gen.token_ids[:2]]), max_new_tokens=6, do_sample=False,
+                                 pad_token_id=tiny_tokenizer.pad_token_id)[0, len(prompt) + 2:].tolist()
+        assert gen.token_ids[2:] == continued[:len(gen.token_ids) - 2]
+    backend.weights_between_tokens = None
+    assert all(g.versions is None for g in backend.generate(prompts, SamplingParams(max_tokens=3, temperature=0.0)))

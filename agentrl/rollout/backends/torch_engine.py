@@ -212,7 +212,7 @@ class TorchBackend(GenerationBackend):
         self.prefill_chunk_tokens = int(prefill_chunk_tokens)
         self.hidden_index: int | None = None      # record_hidden
         self._counters = {"calls": 0, "prompts": 0, "prefill_tokens": 0, "prefill_tokens_saved": 0,
-                          "generated_tokens": 0, "forward_passes": 0, "seconds": 0.0}
+                          "generated_tokens": 0, "forward_passes": 0, "seconds": 0.0, "weight_switches": 0}
 
     @classmethod
     def from_pretrained(cls, model_dir: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -420,10 +420,17 @@ class TorchBackend(GenerationBackend):
                 next_pos, tokens = next_pos[keep_t], tokens[keep_t]
                 mask = mask[keep_t] if mask is not None else None
                 active = [active[j] for j in keep]
+            if between is not None and (now := between()) != version:
+                # new weights arrived: the prompts and the tokens so far run through them again (a fresh
+                # KV cache, as AReaL's interruptible generation does), so every later token is sampled
+                # from the new policy alone; the tokens so far keep their version
+                version = now
+                sequences = [prompts[row] + out_tokens[row] for row in active]
+                cache, mask, logits, next_pos, _ = self._prefill(sequences, spare=max(0, sampling.max_tokens - t - 2))
+                self._counters["weight_switches"] += 1
+                continue
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
-            if between is not None:
-                version = between()
             logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
         self._counters["calls"] += 1
