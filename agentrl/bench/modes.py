@@ -4,19 +4,26 @@ async, side by side on one machine.
 Each mode trains the same recipe from the same warm start (the SFT cache under the scratch
 directory: the first run makes it, the others load it) for ``--iterations`` iterations, in a fresh
 ``agentrl train`` process of its own, without validation or intermediate checkpoints. Throughput is
-measured from the end of iteration ``--warmup`` to the end of the last one, from the wall-clock
-times in ``metrics.jsonl``, so Ray's start, the warm start and filling the pipeline are left out:
+measured in the steady state, over the same iterations for every mode, from the wall-clock times in
+``metrics.jsonl``: from the end of iteration ``--warmup`` (Ray's start, the warm start and filling the
+pipeline left out) to the end of iteration ``--iterations - drain``, ``drain`` being the most
+iterations any compared mode's rollout runs ahead of its learner (1 for one_step_off,
+``trainer.max_staleness`` for async): in those last iterations an overlapped run has no more
+rollouts to overlap with its updates, which would count against it.
 
 * env steps/s: the sampled env steps of the iterations trained in that window (``rollout/env_steps``,
-  what the learner trained on), divided by its seconds;
+  what the learner trained on; groups dropped for staleness or filtered are not counted), divided by
+  its seconds;
 * iterations/hour, and the mean seconds per iteration of the update, of the learner's wait for
   rollouts (``time/rollout_s``: the rollout itself in sync) and of the rollout's wait for the next
   call (``time/rollout_wait_s``).
 
-A mode may carry overrides of its own after ``+`` signs, e.g. ``sync+learner.torch_threads=1``, to
-compare thread settings; the ratios are to the fastest ``sync`` entry (the fairest baseline).
-``--rounds`` repeats the modes in turn (sync, one_step_off, async, sync, ...) so that a drift of the
-machine reaches every mode alike; the median over rounds is reported.
+A mode may carry overrides of its own after ``+`` signs, e.g. ``async+trainer.max_staleness=1``. Each
+entry's ratio is to the ``sync`` entry with the same overrides when there is one (the same objective
+and thread settings, ``sync+learner.torch_threads=1`` for ``async+learner.torch_threads=1``), else to
+plain ``sync``; the report names the baseline of each ratio. ``--rounds`` repeats the modes in turn
+(sync, one_step_off, async, sync, ...) so that a drift of the machine reaches every mode alike; the
+median over rounds is reported.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--modes", default=",".join(MODES),
                         help="comma-separated trainer.mode values, each optionally with +key=value overrides of its "
                              "own (default %(default)s)")
-    parser.add_argument("--iterations", type=int, default=8, help="iterations per run (default %(default)s)")
+    parser.add_argument("--iterations", type=int, default=24, help="iterations per run (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=2, help="iterations left out of the timing (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each mode, interleaved (default %(default)s)")
     parser.add_argument("--scratch", default=None, help="directory for the runs and the SFT cache (default: a temporary one)")
@@ -72,13 +79,26 @@ def unused_run_name(runs: Path, name: str) -> str:
     return candidate
 
 
-def throughput(run_dir: Path, warmup: int) -> dict[str, float]:
+def drain_iterations(spec: str, overrides: list[str]) -> int:
+    """How many iterations the rollout of ``spec`` (a mode with its ``+`` overrides) runs ahead of its
+    learner: the last ones of a run have nothing left to overlap with."""
+    mode, *own = spec.split("+")
+    if mode == "sync":
+        return 0
+    if mode == "one_step_off":
+        return 1
+    staleness = [o.split("=", 1)[1] for o in list(overrides) + own if o.startswith("trainer.max_staleness=")]
+    return int(staleness[-1]) if staleness else 2
+
+
+def throughput(run_dir: Path, first: int, last: int) -> dict[str, float]:
+    """Env steps/s and means over iterations ``first + 1`` ... ``last``, timed from the end of ``first``."""
     from agentrl.runs.tracking import read_metrics
 
     records = sorted((r for r in read_metrics(run_dir / "metrics.jsonl") if "learner/loss" in r or
                       "learner/optimizer_steps" in r), key=lambda r: r["step"])
-    start = next(r for r in records if r["step"] == warmup)
-    timed = [r for r in records if r["step"] > warmup]
+    start = next(r for r in records if r["step"] == first)
+    timed = [r for r in records if first < r["step"] <= last]
     seconds = timed[-1]["time"] - start["time"]
 
     def mean(key: str) -> float:
@@ -91,14 +111,23 @@ def throughput(run_dir: Path, warmup: int) -> dict[str, float]:
             "success_rate": mean("rollout/success_rate")}
 
 
+def baseline_of(spec: str, specs: list[str]) -> str | None:
+    """The sync entry a mode is compared with: the one with the same overrides, else plain ``sync``."""
+    own = spec.split("+")[1:]
+    same = "+".join(["sync", *own])
+    return same if same in specs else "sync" if "sync" in specs else None
+
+
 def measure(args) -> dict:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted({m.split("+")[0] for m in modes} - set(MODES))
     if unknown:
         raise UsageError(f"bench modes: unknown mode(s) {unknown} in --modes; choose from {', '.join(MODES)}")
-    if args.iterations <= args.warmup:
+    drain = max(drain_iterations(spec, args.overrides) for spec in modes)
+    last = args.iterations - drain
+    if last <= args.warmup:
         raise UsageError(f"bench modes: --iterations {args.iterations} leaves nothing to time after --warmup "
-                         f"{args.warmup}; raise --iterations")
+                         f"{args.warmup} and the last {drain} iteration(s) of drain; raise --iterations")
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="agentrl-bench-modes-"))
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     started = time.time()
@@ -107,31 +136,35 @@ def measure(args) -> dict:
             mode, *own = spec.split("+")
             run_dir = run_mode(args.recipe, mode, args.iterations, scratch,
                                unused_run_name(scratch / "runs", f"{mode}-{i}-{round_}"), list(args.overrides) + own)
-            runs[spec].append(throughput(run_dir, args.warmup))
+            runs[spec].append(throughput(run_dir, args.warmup, last))
     results = {}
     for spec, rounds in runs.items():
         results[spec] = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
         results[spec]["rounds"] = [round(r["env_steps_per_s"], 2) for r in rounds]
-    base = max((r["env_steps_per_s"] for spec, r in results.items() if spec.split("+")[0] == "sync"), default=None)
     for spec in results:
-        if base:
-            results[spec]["speedup_vs_sync"] = results[spec]["env_steps_per_s"] / base
+        base = baseline_of(spec, modes)
+        if base is not None:
+            results[spec]["baseline"] = base
+            results[spec]["speedup_vs_sync"] = results[spec]["env_steps_per_s"] / results[base]["env_steps_per_s"]
     meta = {"cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)), "recipe": args.recipe,
-            "iterations": args.iterations, "warmup": args.warmup, "rounds": args.rounds,
+            "iterations": args.iterations, "warmup": args.warmup, "timed": [args.warmup + 1, last], "drain": drain,
+            "rounds": args.rounds,
             "overrides": list(args.overrides), "wall_s": time.time() - started, "scratch": str(scratch)}
     return {"meta": meta, "results": results}
 
 
 def show(meta: dict, results: dict) -> None:
-    print(f"{meta['recipe']} on {meta['cpu']} ({meta['cores']} cores), iterations {meta['warmup'] + 1}-"
-          f"{meta['iterations']} timed, {meta['rounds']} round(s), overrides {meta['overrides'] or 'none'}")
+    first, last = meta["timed"]
+    print(f"{meta['recipe']} on {meta['cpu']} ({meta['cores']} cores), iterations {first}-{last} of "
+          f"{meta['iterations']} timed (the last {meta['drain']} left out: drain), {meta['rounds']} round(s), "
+          f"overrides {meta['overrides'] or 'none'}")
     width = max(14, *(len(spec) + 2 for spec in results))
     print(f"{'mode':<{width}}{'env steps/s':>12}{'iter/hour':>11}{'vs sync':>9}{'update s':>10}{'rollout s':>11}"
-          f"{'rollout wait s':>16}{'staleness':>11}")
+          f"{'rollout wait s':>16}{'staleness':>11}  baseline")
     for mode, r in results.items():
         print(f"{mode:<{width}}{r['env_steps_per_s']:>12.1f}{r['iterations_per_hour']:>11.0f}"
               f"{r.get('speedup_vs_sync', float('nan')):>9.2f}{r['update_s']:>10.1f}{r['rollout_s']:>11.1f}"
-              f"{r['rollout_wait_s']:>16.1f}{r['staleness_mean']:>11.2f}")
+              f"{r['rollout_wait_s']:>16.1f}{r['staleness_mean']:>11.2f}  {r.get('baseline', '-')}")
 
 
 def run(args) -> int:
