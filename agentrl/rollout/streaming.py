@@ -16,7 +16,9 @@ trainer's side, decides which groups exist and when:
   buffered that are at most ``max_staleness`` versions behind the learner (version k - 1), dropping
   staler ones and, with ``trainer.filter_groups``, groups whose returns are all equal; each dropped
   or filtered group frees a place in flight, which a new group takes. The oldest finished groups
-  are trained first.
+  are trained first. When a policy gives almost only such groups (every episode fails), the filter
+  gives up after ``FILTER_PATIENCE`` groups per place in the batch and the batch is completed with
+  them (DAPO stops with an error there instead); ``async/groups_filtered`` shows it.
 
 Checkpoints hold the buffered groups and the ids of the groups in flight, which a resumed run
 plays again from reset (with the same tasks and ids). Validation pauses the stream: every worker
@@ -34,10 +36,11 @@ from typing import Iterator
 
 from agentrl.rollout.group_pool import GroupSpec
 from agentrl.rollout.sources import RolloutSource, Taken
-from agentrl.rollout.stream import GroupBuffer, TakenBatch, merge_groups
+from agentrl.rollout.stream import GroupBuffer, TakenBatch, add_stats, merge_groups
 
 STATE_FILE = "stream.json"
 TAKE_WAIT_S = 1.0           # how long one take call waits on a worker for a finished group
+FILTER_PATIENCE = 4         # trainer.filter_groups leaves out at most this many groups per place in a batch
 
 
 def signal_free(group) -> bool:
@@ -68,6 +71,7 @@ class StreamingRollout(RolloutSource):
         self.takes: dict[int, object] = {}        # worker -> its take_groups call in flight
         self.sessions = 0
         self.filtered_total = 0
+        self.lost = 0                             # groups that came back without a record
         self.last_progress = time.monotonic()
 
     # ----- groups ------------------------------------------------------------------------------------
@@ -137,8 +141,9 @@ class StreamingRollout(RolloutSource):
             group_id = int(result.batch.group_id[0])
         self.in_flight.pop(group_id, None)
         self.specs.pop(group_id, None)
-        if result.batch is None:
-            self.buffer.stats = {**self.buffer.stats}
+        if result.batch is None:       # every episode masked (rollout.on_env_failure=mask): nothing to train
+            self.buffer.stats = add_stats(self.buffer.stats, result.stats)
+            self.lost += 1
             return 0
         self.buffer.add(group_id // self.per_iteration + 1, result)
         return 1
@@ -174,7 +179,8 @@ class StreamingRollout(RolloutSource):
             self.collect(0.0)
             dropped += self.buffer.drop_stale(version, self.max_staleness)
             if self.filter:
-                flat = [g for g in self.buffer.groups if signal_free(g)]
+                room = FILTER_PATIENCE * self.per_iteration - filtered
+                flat = [g for g in self.buffer.groups if signal_free(g)][:max(0, room)]
                 for group in flat:
                     self.buffer.groups.remove(group)
                 filtered += len(flat)
@@ -190,7 +196,7 @@ class StreamingRollout(RolloutSource):
                            time.perf_counter() - start, len(self.buffer), self.buffer.dropped_total)
         metrics = batch.metrics()
         metrics.update({"async/groups_filtered": float(filtered), "async/groups_filtered_total": float(self.filtered_total),
-                        "async/groups_in_flight": float(len(self.in_flight))})
+                        "async/groups_in_flight": float(len(self.in_flight)), "async/groups_lost_total": float(self.lost)})
         return Taken(batch.result, metrics)
 
     def busy(self) -> bool:
