@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 import typing
 from pathlib import Path
 from typing import Any, Iterable
@@ -55,12 +56,42 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+# keys that moved: a YAML file written before (a recipe of the user's, a run's saved config.yaml) still
+# loads, with one warning line per key; on the command line the old spelling is an unknown key that
+# names the new one
+MOVED_KEYS = {
+    "trainer.sft.dagger_tasks": "trainer.sft.dagger.tasks", "trainer.sft.dagger_rounds": "trainer.sft.dagger.rounds",
+    "trainer.sft.dagger_epochs": "trainer.sft.dagger.epochs", "trainer.sft.dagger_lr": "trainer.sft.dagger.lr",
+    "trainer.sft.recovery_variants": "trainer.sft.recovery.variants",
+    "trainer.sft.action_repeats": "trainer.sft.balance.action_repeats",
+}
+
+
+def move_old_keys(data: dict[str, Any], source: Path) -> dict[str, Any]:
+    """``data`` (a YAML layer) with the keys of :data:`MOVED_KEYS` at their new places."""
+    for old, new in MOVED_KEYS.items():
+        *parents, leaf = old.split(".")
+        section = data
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if not isinstance(section, dict) or leaf not in section:
+            continue
+        value = section.pop(leaf)
+        *new_parents, new_leaf = new.split(".")
+        target = data
+        for name in new_parents:
+            target = target.setdefault(name, {})
+        target.setdefault(new_leaf, value)
+        print(f"agentrl: warning: {source}: config key `{old}` is now `{new}`", file=sys.stderr)
+    return data
+
+
 def compose_recipe(path: Path, _seen: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
     """The recipe's layers in merge order: its defaults (recursively), then its own keys."""
     if path in _seen:
         chain = " -> ".join(p.name for p in _seen + (path,))
         raise UsageError(f"recipe defaults form a cycle: {chain}")
-    data = _read_yaml(path)
+    data = move_old_keys(_read_yaml(path), path)
     defaults = data.pop("defaults", []) or []
     if not isinstance(defaults, list):
         raise UsageError(f"{path}: `defaults` must be a list of base file names")
