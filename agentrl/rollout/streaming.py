@@ -114,8 +114,8 @@ class StreamingRollout(RolloutSource):
         import ray
 
         for worker in range(self.workers.num_workers):
-            if worker not in self.takes:
-                self.takes[worker] = self.workers.take_groups(worker, min(wait_s, TAKE_WAIT_S))
+            if worker not in self.takes:    # each worker answers when it has a finished group, or after TAKE_WAIT_S
+                self.takes[worker] = self.workers.take_groups(worker, TAKE_WAIT_S)
         refs = list(self.takes.values()) + self.serving
         ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
         ended = [ref for ref in self.serving if ref in ready]
