@@ -46,6 +46,10 @@ def test_async_two_learner_ranks_streaming_groups_and_a_resume_from_the_buffered
     # tokens trained per staleness level add up to the trained tokens of stale groups
     assert sum(r.get("learner/tokens_staleness_2", 0.0) for r in records) > 0
     assert "iter 6/6" in out and (run_dir / "final_model" / "model.safetensors").is_file()
+    # every validation's episodes are kept per layout (eval.num_tasks=2, one sampling seed)
+    for k in (2, 4, 6):
+        episodes = [json.loads(line) for line in (run_dir / "validation" / f"iter_{k:06d}.jsonl").read_text().splitlines()]
+        assert [(e["seed"], e["task"]["index"]) for e in episodes] == [(0, 0), (0, 1)]
     saved = {k: json.loads((run_dir / "checkpoints" / f"iter_{k:06d}" / "rollout_buffer" / "stream.json").read_text())
              for k in range(1, 6)}
     assert any(state["in_flight"] for state in saved.values()), saved

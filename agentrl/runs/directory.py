@@ -78,6 +78,21 @@ class RunDirectory:
             _write_atomically(config_file, config_to_yaml(cfg))
         return run
 
+    # ----- validation ----------------------------------------------------------------------------
+    def validation_file(self, iteration: int) -> Path:
+        return self.path / "validation" / f"iter_{iteration:06d}.jsonl"
+
+    def write_validation(self, iteration: int, episodes_by_seed: dict[int, list]) -> Path:
+        """Every validation episode of ``iteration`` (per sampling seed), one JSON line each: what a
+        paired comparison of two runs on the same layouts reads (``agentrl bench parity``)."""
+        path = self.validation_file(iteration)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps({"seed": seed, "task": e.task.to_dict(), "task_type": e.task_type, "won": bool(e.won),
+                             "return": e.episode_return, "length": e.length})
+                 for seed, episodes in episodes_by_seed.items() for e in episodes]
+        _write_atomically(path, "\n".join(lines) + "\n")
+        return path
+
     # ----- checkpoints ---------------------------------------------------------------------------
     def checkpoint_dir(self, iteration: int) -> Path:
         return self.checkpoints / f"iter_{iteration:06d}"

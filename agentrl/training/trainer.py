@@ -255,6 +255,7 @@ class Trainer:
         with self.source.paused():
             results = [validate(self.rollout, tasks, temperature=cfg.eval.temperature, seed=seed)
                        for seed in cfg.eval.seeds]
+        self.run.write_validation(iteration, {seed: r.episodes for seed, r in zip(cfg.eval.seeds, results)})
         metrics: dict[str, float] = {}
         for key in results[0].metrics("val/"):
             values = [r.metrics("val/").get(key, 0.0) for r in results]
