@@ -108,9 +108,10 @@ class StreamingRollout(RolloutSource):
                                                  self.per_iteration)
         self.takes = {}
 
-    def collect(self, wait_s: float) -> int:
+    def collect(self, wait_s: float, raise_errors: bool = True) -> int:
         """Move finished groups into the buffer, waiting up to ``wait_s`` for some; how many arrived.
-        A worker whose serving ended with an error raises it here."""
+        A worker whose serving ended with an error raises it here (unless ``raise_errors`` is off: a
+        checkpoint written on the way out after that error)."""
         import ray
 
         for worker in range(self.workers.num_workers):
@@ -119,7 +120,7 @@ class StreamingRollout(RolloutSource):
         refs = list(self.takes.values()) + self.serving
         ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
         ended = [ref for ref in self.serving if ref in ready]
-        if ended:
+        if ended and raise_errors:
             ray.get(ended)      # a worker stops serving only when asked, or with its error
         arrived = 0
         for worker, ref in list(self.takes.items()):
@@ -128,7 +129,13 @@ class StreamingRollout(RolloutSource):
                 if not done:
                     continue
                 del self.takes[worker]
-                for result in ray.get(ref):
+                try:
+                    results = ray.get(ref)
+                except ray.exceptions.RayError:
+                    if raise_errors:
+                        raise
+                    continue        # a worker that died: what it held is in flight, run again after a resume
+                for result in results:
                     arrived += self.arrive(result)
         if arrived:
             self.last_progress = time.monotonic()
@@ -205,7 +212,7 @@ class StreamingRollout(RolloutSource):
     def save(self, directory: Path) -> None:
         """The buffered groups and the ids of those in flight (a resumed run plays them again; a stream
         does not wait for the next iteration's groups: which groups finish first depends on timing)."""
-        self.collect(0.0)
+        self.collect(0.0, raise_errors=False)
         directory.mkdir(parents=True, exist_ok=True)
         self.buffer.save(directory)
         (directory / STATE_FILE).write_text(json.dumps({
