@@ -65,8 +65,7 @@ class StreamingRollout(RolloutSource):
         self.sampling = workers.sampling_params(seed=self.seed)
         self.buffer = GroupBuffer()
         self.next_group = 0
-        self.in_flight: dict[int, int] = {}       # group id -> the worker playing it
-        self.specs: dict[int, GroupSpec] = {}     # group id -> its spec, while in flight
+        self.in_flight: dict[int, int] = {}       # group id -> the worker playing it (or holding it, not started)
         self.serving: list = []                   # each worker's serve_groups call
         self.takes: dict[int, object] = {}        # worker -> its take_groups call in flight
         self.sessions = 0
@@ -88,7 +87,7 @@ class StreamingRollout(RolloutSource):
         for spec in specs:
             worker = min(range(len(load)), key=lambda w: load[w])
             load[worker] += 1
-            self.in_flight[spec.group_id], self.specs[spec.group_id] = worker, spec
+            self.in_flight[spec.group_id] = worker
             batches.setdefault(worker, []).append(spec)
         for worker, batch in batches.items():
             self.workers.add_groups(worker, batch)
@@ -147,7 +146,6 @@ class StreamingRollout(RolloutSource):
         if group_id is None and result.batch is not None:
             group_id = int(result.batch.group_id[0])
         self.in_flight.pop(group_id, None)
-        self.specs.pop(group_id, None)
         if result.batch is None:       # every episode masked (rollout.on_env_failure=mask): nothing to train
             self.buffer.stats = add_stats(self.buffer.stats, result.stats)
             self.lost += 1
@@ -233,7 +231,6 @@ class StreamingRollout(RolloutSource):
         self.takes, self.serving = {}, []
         for spec in unstarted:
             self.in_flight.pop(spec.group_id, None)
-            self.specs.pop(spec.group_id, None)
         return unstarted
 
     @contextlib.contextmanager
