@@ -63,11 +63,12 @@ def test_groups_stream_up_to_the_bound_stale_ones_are_replaced_and_a_checkpoint_
         assert first.metrics["async/staleness_max"] == 0.0 and first.metrics["async/groups_dropped"] == 0
         assert len(stream.in_flight) + len(stream.buffer) == 4 and stream.next_group == 6
 
-        # the learner jumps to version 3: every group played on version 0 is too stale, dropped, and
-        # replaced by new ones that start on the new weights
+        # the learner jumps to version 3: every group that started on version 0 is too stale, dropped, and
+        # replaced by new ones that start on the new weights (which of groups 0-5 had started by then
+        # depends on timing; at least the one the busier worker was playing had)
         workers.load_weights(build_tiny_model(TINY, tiny_tokenizer, seed=0).state_dict(), version=3)
         fresh = stream.next_batch(4)
-        assert fresh.metrics["async/groups_dropped"] >= 2 and set(fresh.result.batch.policy_version.tolist()) <= {2, 3}
+        assert fresh.metrics["async/groups_dropped"] >= 1 and set(fresh.result.batch.policy_version.tolist()) <= {2, 3}
         assert fresh.metrics["async/staleness_max"] <= 1
 
         with stream.paused():          # validation: every worker stops after the groups it started
