@@ -161,10 +161,10 @@ class RolloutConfig:
                               "of the episode metrics; the group's failed sampled episodes keep advantage 0, as "
                               "without guidance)")
     max_env_failures: int = F(16, "failed episodes one rollout call tolerates; one more stops the run with a "
-                              "checkpoint of the last finished iteration and a one-line error", min=0)
+                              "checkpoint of the last iteration whose update the learner holds and a one-line error", min=0)
     hang_timeout_s: float = F(600.0, "a rollout worker that makes no progress (no generate call, env step or reset "
-                              "finished) for this long stops the run with a checkpoint of the last finished "
-                              "iteration and a one-line report: which worker, on which node, doing what, with "
+                              "finished) for this long stops the run with a checkpoint of the last iteration "
+                              "whose update the learner holds and a one-line report: which worker, on which node, doing what, with "
                               "which env instances; 0 = wait forever", min=0)
     vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)
 
