@@ -246,7 +246,9 @@ class RolloutWorker:
         pool = GroupPool(self.engine, group_size, sampling, seed, expert_guidance=expert_guidance,
                          failure_block=failure_block)
         with self._stream:
-            self._stop_serving, self._serving = False, True
+            # a stop asked for before this call began (the driver's pause right after it started the
+            # stream: the stop reached the stream group first) holds: it is cleared only on the way out
+            self._serving = True
         unstarted: list = []
         try:
             while True:
@@ -282,7 +284,7 @@ class RolloutWorker:
             with self._weights_lock:
                 self._rolling_out = False
             with self._stream:
-                self._serving = False
+                self._serving, self._stop_serving = False, False
                 self._stream.notify_all()
 
     def add_groups(self, specs: list) -> None:

@@ -108,3 +108,24 @@ def test_the_filter_consumes_more_of_the_stream_and_gives_up_on_a_policy_without
         assert stream.next_group >= 2 + FILTER_PATIENCE * 2
     finally:
         stream.close()
+
+
+def test_a_stop_that_reaches_a_worker_before_its_serve_call_starts_still_stops_it(workers):
+    # the trainer pauses the stream for validation right after starting it: the stop (in the stream
+    # concurrency group) can reach the worker before serve_groups (in the default group) begins
+    import ray
+
+    from agentrl.rollout.group_pool import GroupSpec
+
+    worker = workers.workers[0]
+    workers.add_groups(0, [GroupSpec(tasks_of(1)[0], 0, 0)])
+    ray.get(worker.stop_serving.options(concurrency_group="stream").remote())
+    serving = worker.serve_groups.remote(workers.sampling_params(seed=0), 2, 0)
+    unstarted = ray.get(serving, timeout=60)
+    assert [spec.group_id for spec in unstarted] == [0]
+    # the stop was used up: the next serve call plays until it is stopped again
+    again = worker.serve_groups.remote(workers.sampling_params(seed=0), 2, 0)
+    ready, _ = ray.wait([again], timeout=2)
+    assert not ready
+    ray.get(worker.stop_serving.options(concurrency_group="stream").remote())
+    assert ray.get(again, timeout=60) == []
