@@ -160,6 +160,19 @@ def test_the_weight_sync_path(wanted, device, ranks, stage, learner_gpu, rollout
     assert weight_sync_path(cfg, device, learner_gpu, rollout_gpus) == path
 
 
+def test_a_colocated_placement_never_broadcasts_between_two_processes_on_one_gpu():
+    from agentrl.training.weight_sync import weight_sync_path
+
+    cfg = load_config("textcraft_grpo_tiny", ["learner.num_ranks=4"])
+    assert weight_sync_path(cfg, "cuda", "GPU-a", ["GPU-a"], colocated=True) == "packed"
+    assert weight_sync_path(cfg, "cuda", "GPU-a", ["GPU-a"]) == "broadcast"
+    one_rank = load_config("textcraft_grpo_tiny", [])
+    assert weight_sync_path(one_rank, "cuda", "GPU-a", ["GPU-a"], colocated=True) == "ipc"
+    asked = load_config("textcraft_grpo_tiny", ["learner.num_ranks=4", "rollout.weight_sync=broadcast"])
+    with pytest.raises(UsageError, match="NCCL refuses two members on one GPU"):
+        weight_sync_path(asked, "cuda", "GPU-a", ["GPU-a"], colocated=True)
+
+
 def test_ipc_weight_sync_where_it_cannot_apply_is_a_usage_error():
     from agentrl.training.weight_sync import weight_sync_path
 
