@@ -21,11 +21,15 @@ or ``model.tiny``); ``P_t`` is what the learner trains (P, or the LoRA adapters 
   pass (no gradients) keeps one layer's and two copies of the logits;
 * 1 GB for the process's CUDA context and allocator slack.
 
-This is an upper estimate: real records are shorter than the bounds. A rollout engine reserves
+Records at the bounds make the activations a high figure; the one measured point went the other
+way: 7B with LoRA on one H200 (``scripts/gpu_smoke.sh`` with the torch backend, docs/benchmarks.md)
+peaked at 44.4 GB where these formulas give 41.1 GB, so leave a margin. A rollout engine reserves
 ``rollout.vllm.gpu_memory_utilization`` of each of its GPUs (vLLM's own budget: weights, CUDA
 graphs and KV cache), which must hold at least its share of the weights (``w P / tensor_parallel_size``)
 plus 1 GB of KV cache; asleep (``rollout.vllm.sleep_level`` 1 or 2) it keeps 2 GB (an assumption,
-not measured here: its CUDA context and buffers outside the weight and KV-cache pools).
+not measured here: its CUDA context and buffers outside the weight and KV-cache pools). The torch
+backend (``rollout.backend=torch``) holds the whole model on each of its GPUs, plus an assumed 25 %
+for its KV cache and activations, and never sleeps.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ ENGINE_ASLEEP_GB = 2.0      # a sleeping vLLM engine's leftovers on each of its 
 MIN_KV_CACHE_GB = 1.0       # the least KV cache an engine is let start with
 LOGIT_COPIES_UPDATE = 3     # fp32 logits, their log-softmax, its gradient
 LOGIT_COPIES_PASS = 2
+TORCH_BACKEND_EXTRA = 0.25  # the torch backend's KV cache and activations, as a share of its weights (assumed)
 
 
 def model_shape(cfg) -> Optional[ModelShape]:
@@ -148,9 +153,10 @@ def learner_memory(cfg, shape: ModelShape) -> LearnerMemory:
 class RolloutMemory:
     """One GPU of a rollout engine, GB."""
 
-    budget: float               # what vLLM reserves on the GPU (gpu_memory_utilization of it)
+    budget: float               # what it takes of the GPU (vLLM: gpu_memory_utilization of it)
     weights: float              # its share of the weights
     asleep: float               # what it keeps while asleep (the budget when it never sleeps)
+    backend: str = "vllm"
 
     @property
     def kv_cache(self) -> float:
@@ -159,6 +165,10 @@ class RolloutMemory:
 
 def rollout_memory(cfg, shape: ModelShape, gpu_memory_gb: float) -> RolloutMemory:
     vllm = cfg.rollout.vllm
+    if cfg.rollout.backend == "torch":
+        weights = weight_bytes(cfg) * shape.parameters() / GB
+        budget = weights * (1 + TORCH_BACKEND_EXTRA)
+        return RolloutMemory(budget=budget, weights=weights, asleep=budget, backend="torch")
     budget = vllm.gpu_memory_utilization * gpu_memory_gb
     weights = weight_bytes(cfg) * shape.parameters() / vllm.tensor_parallel_size / GB
     return RolloutMemory(budget=budget, weights=weights,

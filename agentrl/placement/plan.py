@@ -268,27 +268,29 @@ def _estimate_memory(cfg, plan: PlacementPlan, learner: LearnerMemory, rollout: 
     """Each GPU's estimate; :class:`InfeasiblePlan` when one does not fit ``placement.gpu_memory_gb``."""
     plan.learner, plan.rollout = learner, rollout
     limit, vllm = plan.gpu_memory_gb, cfg.rollout.vllm
-    if rollout.kv_cache < MIN_KV_CACHE_GB:
+    if rollout.backend == "vllm" and rollout.kv_cache < MIN_KV_CACHE_GB:
         raise InfeasiblePlan(f"rollout.vllm.gpu_memory_utilization={vllm.gpu_memory_utilization:g} gives vLLM "
                              f"{rollout.budget:.1f} GB of each engine GPU (of placement.gpu_memory_gb={limit:g}), "
                              f"less than its {rollout.weights:.1f} GB share of the weights plus "
                              f"{MIN_KV_CACHE_GB:g} GB of KV cache",
                              "raise rollout.vllm.gpu_memory_utilization or rollout.vllm.tensor_parallel_size")
     engine_text = (f"vLLM {vllm.gpu_memory_utilization:g} x {limit:g}: weights {rollout.weights:.1f} + KV cache "
-                   f"and graphs {rollout.kv_cache:.1f}")
+                   f"and graphs {rollout.kv_cache:.1f}" if rollout.backend == "vllm" else
+                   f"torch backend: weights {rollout.weights:.1f} + KV cache and activations {rollout.kv_cache:.1f}")
+    engine = "vLLM" if rollout.backend == "vllm" else "torch engine"
     shared = shared_gpu_memory(cfg, learner, rollout)
     for gpu in plan.gpus:
         roles = {use.role for use in gpu.uses}
         if roles == {"learner", "rollout"}:
             gpu.memory_gb = shared.peak
             if shared.overlapped:
-                gpu.memory_text = (f"learner {learner.peak:.1f} + vLLM {rollout.budget:.1f} at once "
+                gpu.memory_text = (f"learner {learner.peak:.1f} + {engine} {rollout.budget:.1f} at once "
                                    f"(trainer.mode={cfg.trainer.mode})")
             else:
+                asleep = "asleep" if rollout.asleep < rollout.budget else "awake"
                 gpu.memory_text = (f"rollout phase {shared.rollout_phase:.1f} (learner resident {learner.resident:.1f} "
-                                   f"+ vLLM {rollout.budget:.1f}), learner phase {shared.learner_phase:.1f} (learner "
-                                   f"{learner.peak:.1f} + vLLM {'asleep' if vllm.sleep_level else 'awake'} "
-                                   f"{rollout.asleep:.1f})")
+                                   f"+ {engine} {rollout.budget:.1f}), learner phase {shared.learner_phase:.1f} "
+                                   f"(learner {learner.peak:.1f} + {engine} {asleep} {rollout.asleep:.1f})")
         elif roles == {"learner"}:
             gpu.memory_gb, gpu.memory_text = learner.peak, learner.breakdown()
         elif roles == {"rollout"}:

@@ -52,7 +52,8 @@ def plan_text(plan: PlacementPlan, cfg, recipe: Optional[str] = None) -> str:
     size = f", {plan.parameters / 1e9:.2f} B parameters" if plan.parameters else ""
     learner = ("1 rank in the driver process" if plan.learner_in_driver else
                f"{len(plan.ranks)} Ray ranks") + f", ZeRO-{plan.zero_stage}"
-    lines.append(f"model {plan.model}{size}; learner {learner}; rollout {len(plan.engines)} vLLM engine(s) x "
+    backend = "torch" if cfg.rollout.backend == "torch" else "vLLM"
+    lines.append(f"model {plan.model}{size}; learner {learner}; rollout {len(plan.engines)} {backend} engine(s) x "
                  f"{plan.tensor_parallel_size} GPU(s)")
     for node, count in enumerate(plan.node_gpus):
         gpus = [g for g in plan.gpus if g.node == node]

@@ -210,6 +210,16 @@ def test_the_7b_learner_estimate_by_hand():
     assert plan.gpu(0, 7).memory_gb == pytest.approx(48.0)
 
 
+def test_the_torch_backend_holds_the_whole_model_and_never_sleeps():
+    cfg = cfg_of(SEVEN_B, "rollout.backend=torch", "learner.num_ranks=1", "learner.zero_stage=2",
+                 "model.lora_rank=64", "rollout.vllm.tensor_parallel_size=1", "placement.layout=colocated")
+    plan = plan_placement(cfg, 1, 1)
+    weights = 2 * 7_615_616_512 / 1e9
+    assert plan.rollout.budget == pytest.approx(1.25 * weights) and plan.rollout.asleep == plan.rollout.budget
+    assert plan.learner.optimizer < 2 and plan.learner.reference_pass == 0        # LoRA: 161 M trained, no reference
+    assert plan.gpu(0, 0).memory_gb == pytest.approx(plan.learner.peak + 1.25 * weights)
+
+
 def test_shapes_of_tiny_models_and_local_directories(tmp_path):
     tiny = model_shape(cfg_of("textcraft_grpo_tiny"))
     assert (tiny.hidden_size, tiny.num_layers, tiny.vocab_size) == (128, 4, 2048)
