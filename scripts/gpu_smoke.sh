@@ -44,8 +44,9 @@ if [[ "$RECIPE" == alfworld_* ]]; then
     || { echo "[gpu-smoke] alfworld does not import in $PY; install agentrl with the alfworld extra" >&2; exit 1; }
 fi
 
-# One GPU holds both the learner (in the driver process) and one vLLM engine, so the recipe's
-# 2 learner ranks and tensor parallelism 2 become 1 and 1, and vLLM takes 30 % of the memory.
+# One GPU holds both the learner (in the driver process) and one vLLM engine (the colocated
+# placement layout), so the recipe's 2 learner ranks and tensor parallelism 2 become 1 and 1, and
+# vLLM takes 30 % of the memory.
 # Small batches keep the two iterations short; the vocabulary-sized logits of a micro-batch are
 # what limits learner.micro_batch_size on one GPU.
 ARGS=(
@@ -68,6 +69,7 @@ ARGS=(
   rollout.vllm.gpu_memory_utilization=0.3
   "rollout.vllm.sleep_level=$SLEEP_LEVEL"
   learner.num_ranks=1
+  placement.layout=colocated
   learner.mini_batch_size=64
   learner.micro_batch_size=4
   logging.wandb.mode=disabled

@@ -7,7 +7,7 @@
 #   scripts/reproduce_paper_tables.sh            # both model sizes
 #   SIZES=1.5b scripts/reproduce_paper_tables.sh # one of them
 #
-# A 1.5B cell needs 2 GPUs, a 7B cell 4 (the sweep files' gpus_per_cell); cells run side by side
+# A 1.5B cell needs 4 GPUs, a 7B cell 8 (the sweep files' gpus_per_cell); cells run side by side
 # when the node has more. Resumable: run it again after a kill or a failure. Extra arguments go
 # to `agentrl sweep` (e.g. --concurrency 1, --dry-run).
 set -uo pipefail

@@ -17,15 +17,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 LAYERS = [
     {"__init__", "errors", "data"},
     {"envs", "models", "estimators", "runtime", "weights", "warmstart.options"},
-    {"config", "rollout", "runs"},
+    {"config", "rollout", "runs", "placement"},
     {"learner", "warmstart"},
     {"training", "evaluation", "bench"},
     {"cli"},
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 # units that never import each other, whatever their layers: the learner and the rollout meet only
-# in the trainer's components (agentrl.training: weight sync, rollout sources)
-INDEPENDENT = [("learner", "rollout")]
+# in the trainer's components (agentrl.training: weight sync, rollout sources); the roles take their
+# placement as agentrl.runtime.actor_slots objects and never read the plan that made them
+INDEPENDENT = [("learner", "rollout"), ("learner", "placement"), ("rollout", "placement")]
 
 
 def listed_unit(parts: tuple[str, ...] | list[str]) -> str:

@@ -160,6 +160,19 @@ def test_the_weight_sync_path(wanted, device, ranks, stage, learner_gpu, rollout
     assert weight_sync_path(cfg, device, learner_gpu, rollout_gpus) == path
 
 
+def test_a_colocated_placement_never_broadcasts_between_two_processes_on_one_gpu():
+    from agentrl.training.weight_sync import weight_sync_path
+
+    cfg = load_config("textcraft_grpo_tiny", ["learner.num_ranks=4"])
+    assert weight_sync_path(cfg, "cuda", "GPU-a", ["GPU-a"], colocated=True) == "packed"
+    assert weight_sync_path(cfg, "cuda", "GPU-a", ["GPU-a"]) == "broadcast"
+    one_rank = load_config("textcraft_grpo_tiny", [])
+    assert weight_sync_path(one_rank, "cuda", "GPU-a", ["GPU-a"], colocated=True) == "ipc"
+    asked = load_config("textcraft_grpo_tiny", ["learner.num_ranks=4", "rollout.weight_sync=broadcast"])
+    with pytest.raises(UsageError, match="NCCL refuses two members on one GPU"):
+        weight_sync_path(asked, "cuda", "GPU-a", ["GPU-a"], colocated=True)
+
+
 def test_ipc_weight_sync_where_it_cannot_apply_is_a_usage_error():
     from agentrl.training.weight_sync import weight_sync_path
 
@@ -200,3 +213,39 @@ def test_an_uncorrected_overlapped_run_says_so(capsys):
 def test_settings_that_contradict_the_training_mode_are_refused(overrides, message):
     with pytest.raises(UsageError, match=message):
         load_config("textcraft_grpo_tiny", overrides)
+
+
+@pytest.mark.parametrize("device, reserved", [("cuda", True), ("cpu", False)])
+def test_a_gpu_run_reserves_its_placement_before_anything_starts(tmp_path, monkeypatch, device, reserved):
+    """On GPUs the plan's placement group comes first: a refusal there leaves no policy built and no
+    actor started; a CPU run makes no plan at all."""
+    import agentrl.placement.reservation as reservation
+    from agentrl.placement import InfeasiblePlan
+    from agentrl.training.trainer import Trainer
+
+    cfg = load_config("alfworld_bipace_qwen7b", [f"trainer.output_dir={tmp_path}", "logging.tensorboard=false",
+                                                 "logging.progress_bar=false", "logging.wandb.mode=disabled"])
+    calls = []
+
+    def refuse(cfg, log):
+        calls.append("reserve")
+        raise InfeasiblePlan("the split layout needs 8 GPUs", "add GPUs")
+
+    class Stop(Exception):
+        pass
+
+    def build(self, model_dir):
+        calls.append("build")
+        raise Stop
+
+    monkeypatch.setattr(reservation, "reserve_for_run", refuse)
+    monkeypatch.setattr(Trainer, "learner_device", lambda self: device)
+    monkeypatch.setattr(Trainer, "prepare_policy", lambda self: calls.append("policy") or str(tmp_path))
+    monkeypatch.setattr(Trainer, "build", build)
+    trainer = Trainer(cfg, "unit")
+    try:
+        with pytest.raises(InfeasiblePlan if reserved else Stop):
+            trainer.train()
+    finally:
+        trainer.close()
+    assert calls == (["reserve"] if reserved else ["policy", "build"])

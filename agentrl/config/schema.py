@@ -149,7 +149,8 @@ class RolloutConfig:
                          "tensors, no copy leaves the GPU (one learner rank with ZeRO <= 2 and every rollout worker on "
                          "its GPU); broadcast = a process group of the learner's rank 0 and the workers, NCCL on GPUs "
                          "(gloo on CPU); packed = flat byte buckets through host memory and Ray's object store; auto = "
-                         "ipc where it applies, else broadcast on GPUs, else packed",
+                         "ipc where it applies, else broadcast on GPUs (packed with placement.layout=colocated, "
+                         "where NCCL cannot join two processes on one GPU), else packed",
                          choices=("auto", "ipc", "broadcast", "packed"))
     weights_between_tokens: bool = F(True, "weights that reach a rollout worker during a generate call (trainer.mode="
                                      "async) are loaded between two tokens and the response finishes on them, each "
@@ -355,6 +356,20 @@ class EvalConfig:
 
 @dataclass
 class PlacementConfig:
+    layout: str = F("auto", "how learner ranks and rollout engines share the GPUs (docs/multinode.md): split = "
+                    "each GPU holds one learner rank or one GPU of a rollout engine; colocated = each GPU holds a "
+                    "learner rank and one GPU of an engine (learner.num_ranks = rollout.num_workers x "
+                    "tensor_parallel_size; set rollout.vllm.sleep_level so the engine frees its memory for the "
+                    "learner); auto = split when it fits the GPUs and their memory, else colocated",
+                    choices=("auto", "split", "colocated"))
+    nodes: int = F(0, "nodes of the cluster to plan for (`agentrl plan`; `agentrl train` refuses a plan that does "
+                   "not fit them before anything starts); 0 = the Ray cluster's own when training", min=0)
+    gpus_per_node: int = F(0, "GPUs of each node to plan for; 0 = the Ray cluster's own when training", min=0)
+    gpu_memory_gb: float = F(80.0, "memory of one GPU (10^9 bytes) that the plan's estimates must fit: 80 for "
+                             "A100/H100 80GB (a margin: they hold 85.9), 141 for H200, 40 for A100 40GB", gt=0)
+    wait_s: float = F(300.0, "GPU training: how long the Ray cluster may take to grant the plan's placement "
+                      "group (all of its bundles at once) before the run stops with one line naming what the "
+                      "cluster lacks", gt=0)
     learner: list = F(help="Ray custom resources (e.g. node_a, set by `ray start --resources`) that place the "
                       "learner ranks, one per rank and repeated when shorter; [] = where Ray finds room. Only for "
                       "learner.num_ranks > 1 (one rank runs in the agentrl process)", factory=list)
@@ -376,5 +391,6 @@ class Config:
     trainer: TrainerConfig = F(help="the training loop", factory=TrainerConfig)
     logging: LoggingConfig = F(help="metrics and trackers", factory=LoggingConfig)
     eval: EvalConfig = F(help="validation and evaluation", factory=EvalConfig)
-    placement: PlacementConfig = F(help="which Ray node runs which role, by custom resource (docs/multinode.md)",
+    placement: PlacementConfig = F(help="how the roles share the GPUs and nodes: the placement plan, its Ray "
+                                        "placement group and custom-resource pinning (docs/multinode.md)",
                                    factory=PlacementConfig)

@@ -159,7 +159,9 @@ def _play(cfg: Config, model_dir: Path, work: list[tuple[int, int, list]], episo
     group = RolloutWorkerGroup(str(model_dir), with_transcripts(cfg.rollout, cfg.eval.record_transcripts), cfg.env,
                                num_envs=num_envs, device=device,
                                dtype=cfg.model.dtype if device == "cuda" else "float32",
-                               num_gpus_per_worker=1.0 if device == "cuda" else 0.0)
+                               # an engine owns its tensor-parallel GPUs (vLLM runs its processes on them)
+                               num_gpus_per_worker=float(cfg.rollout.vllm.tensor_parallel_size) if device == "cuda"
+                               else 0.0)
     played = 0
     try:
         for seed, c, todo in work:

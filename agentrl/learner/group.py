@@ -2,7 +2,7 @@
 
 ``LearnerGroup(cfg, model_path)`` with ``learner.num_ranks == 1`` builds one :class:`Learner`
 in this process (no Ray). With more ranks it starts one Ray actor per rank (``num_cpus=1`` each
-on CPU, one GPU each on GPU), gives them ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``
+on CPU, one GPU each on GPU; in the placement plan's bundles when ``slots`` are given), gives them ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``
 and creates the DeepSpeed process group in all of them at once. The trainer calls the same
 methods either way:
 
@@ -18,7 +18,7 @@ methods either way:
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -28,7 +28,8 @@ from agentrl.estimators.base import LossOptions
 from agentrl.runtime.denormals import denormals_flushed, flush_denormals
 from agentrl.runtime.rendezvous import reserve_store
 from agentrl.learner.engine import Learner, resolve_device
-from agentrl.runtime.ray_start import init_local_ray, placed
+from agentrl.runtime.actor_slots import ActorSlot, actor_options, slot_at
+from agentrl.runtime.ray_start import init_local_ray
 from agentrl.weights import PackedWeights
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
@@ -68,7 +69,8 @@ class LearnerRank:
 class LearnerGroup:
     """The learner ranks behind one handle: in-process for one rank, Ray actors for more."""
 
-    def __init__(self, cfg: Config, model_path: str, tokenizer_path: Optional[str] = None):
+    def __init__(self, cfg: Config, model_path: str, tokenizer_path: Optional[str] = None,
+                 slots: Optional[Sequence[ActorSlot]] = None):
         self.cfg = cfg
         self.num_ranks = cfg.learner.num_ranks
         self.local: Optional[Learner] = None
@@ -84,9 +86,11 @@ class LearnerGroup:
         gpu = resolve_device(cfg.trainer.device) == "cuda"
         remote_rank = ray.remote(LearnerRank)
         base_env = {"WORLD_SIZE": str(self.num_ranks), "DS_ACCELERATOR": "cuda" if gpu else "cpu"}
-        # placement.learner: a Ray custom resource per rank puts it on a chosen node
-        self.actors = [remote_rank.options(num_cpus=1, num_gpus=1 if gpu else 0,
-                                           resources=placed(cfg.placement.learner, r)).remote({**base_env, "RANK": str(r)})
+        # slots: the placement plan's bundles (GPU runs); else placement.learner, a Ray custom resource
+        # per rank, puts it on a chosen node
+        self.actors = [remote_rank.options(**actor_options(slot_at(slots, r), num_cpus=1, num_gpus=1 if gpu else 0,
+                                                           resources=cfg.placement.learner, index=r)
+                                           ).remote({**base_env, "RANK": str(r)})
                        for r in range(self.num_ranks)]
         address, port = ray.get(self.actors[0].serve_store.remote(self.num_ranks))
         envs = [{**base_env, "RANK": str(r), "MASTER_ADDR": address, "MASTER_PORT": str(port),

@@ -1,29 +1,18 @@
 """Model architectures agentrl builds itself: tiny CPU models and the Qwen2.5 shapes.
 
 ``build_tiny_model`` makes a Qwen2-architecture causal LM from :class:`TinyModelConfig`. The
-Qwen2.5 entries let a GPU smoke run (or a shape test on CPU) build the real architecture with
-random weights when the checkpoint is not on the machine (``model.random_init=true``).
+Qwen2.5 entries (their table is :mod:`agentrl.models.shapes`) let a GPU smoke run (or a shape test
+on CPU) build the real architecture with random weights when the checkpoint is not on the machine
+(``model.random_init=true``).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-# Published architecture hyper-parameters of the Qwen2.5 instruct checkpoints (config.json).
-QWEN25_ARCHITECTURES: dict[str, dict[str, Any]] = {
-    "Qwen/Qwen2.5-0.5B-Instruct": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                                       num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
-                                       tie_word_embeddings=True),
-    "Qwen/Qwen2.5-1.5B-Instruct": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                                       num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
-                                       tie_word_embeddings=True),
-    "Qwen/Qwen2.5-7B-Instruct": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                                     num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
-                                     tie_word_embeddings=False),
-}
+from agentrl.models.shapes import QWEN25_ARCHITECTURES  # noqa: F401 - the table lives in the torch-free module
+
 _QWEN25_COMMON = dict(max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
                       hidden_act="silu", use_sliding_window=False)
 

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from agentrl.runtime.denormals import denormals_flushed, flush_denormals
-from agentrl.runtime.ray_start import placed
+from agentrl.runtime.actor_slots import ActorSlot, actor_options, slot_at
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
@@ -337,7 +337,9 @@ class RolloutWorkerGroup:
     one worker and one env pool shard; ``thread_shares``: what ``rollout.torch_threads=0`` divides
     the cores by (default the workers; the trainer adds one for a learner that runs at the same time);
     ``worker_resources``/``env_resources``: a Ray custom resource per worker / env pool shard that
-    places it on a node (``placement.rollout``/``placement.env``).
+    places it on a node (``placement.rollout``/``placement.env``); ``worker_slots``/``env_slots``: the
+    placement plan's bundles instead (one per worker / shard; a worker's bundle holds its engine's
+    tensor-parallel GPUs), see :mod:`agentrl.runtime.actor_slots`.
     """
 
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, *, num_workers: int | None = None,
@@ -346,7 +348,8 @@ class RolloutWorkerGroup:
                  device: str = "cpu", dtype: str = "float32", worker_num_cpus: float = 1.0,
                  env_num_cpus: float = 1.0, num_gpus_per_worker: float = 0.0, torch_threads: int | None = None,
                  stop_strings: Sequence[str] = (), hidden_layer: int | None = None, thread_shares: int | None = None,
-                 worker_resources: Sequence[str] = (), env_resources: Sequence[str] = ()):
+                 worker_resources: Sequence[str] = (), env_resources: Sequence[str] = (),
+                 worker_slots: Sequence[ActorSlot] | None = None, env_slots: Sequence[ActorSlot] | None = None):
         import ray
 
         from agentrl.envs.server.ray_pool import launch_ray_shards
@@ -367,7 +370,7 @@ class RolloutWorkerGroup:
             self._owned_actors = launch_ray_shards(env_cfg.name, self.num_envs, kwargs,
                                                    num_shards=env_cfg.num_servers, num_cpus_per_shard=env_num_cpus,
                                                    call_timeout_s=env_cfg.step_timeout_s / 2,
-                                                   resources=env_resources)
+                                                   resources=env_resources, slots=env_slots)
             env_source = self._owned_actors
         tokenizer = load_tokenizer(model_dir)
         self.stop_token_ids = tuple(stop_token_ids(tokenizer))
@@ -378,8 +381,9 @@ class RolloutWorkerGroup:
         # weight loads run in a concurrency group of their own, so that they reach a worker while a
         # rollout call runs (trainer.mode=async); rollout calls run one at a time
         actor_class = ray.remote(concurrency_groups={WEIGHTS_GROUP: 1, STREAM_GROUP: 2})(RolloutWorker)
-        self.workers = [actor_class.options(num_cpus=worker_num_cpus, num_gpus=num_gpus_per_worker,
-                                            resources=placed(worker_resources, i)).remote(
+        self.workers = [actor_class.options(**actor_options(slot_at(worker_slots, i), num_cpus=worker_num_cpus,
+                                                            num_gpus=num_gpus_per_worker, resources=worker_resources,
+                                                            index=i)).remote(
                             model_dir, rollout_cfg, env_cfg, env_source, list(range(lo, hi)),
                                            backend=backend or rollout_cfg.backend, device=device, dtype=dtype,
                                            seed=i, torch_threads=torch_threads,

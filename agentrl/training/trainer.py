@@ -70,11 +70,19 @@ class Trainer:
         self.estimator_state: Any = None
         self.state = TrainerState()
         self.learner = self.rollout = self.weights = self.source = self.recorder = None
+        self.placement = None     # the placement group of a GPU run (agentrl.placement.reservation)
         self.memory = None        # GPU memory per phase, on a GPU
         self.finished = 0         # the last iteration whose update the learner holds
         self.stops = FailureStop(self.run, self.tracker, self.checkpoint)
 
     # ----- setup ---------------------------------------------------------------------------------
+    def reserve_placement(self) -> None:
+        """GPU runs: the placement plan, reserved before anything starts (agentrl.placement); CPU runs have none."""
+        if self.learner_device() == "cuda":
+            from agentrl.placement.reservation import reserve_for_run
+
+            self.placement = reserve_for_run(self.cfg, log=self.tracker.status)
+
     def prepare_policy(self) -> str:
         """The starting policy as a model directory (tiny: trained tokenizer, model, SFT warm start)."""
         from agentrl.warmstart.starting_policy import starting_policy
@@ -101,7 +109,8 @@ class Trainer:
             import torch
 
             torch.set_num_threads(learner_threads(cfg))
-        self.learner = LearnerGroup(cfg, model_dir)
+        slots = self.placement
+        self.learner = LearnerGroup(cfg, model_dir, slots=slots.learner_slots if slots else None)
         self.memory = GpuMemory.for_device(device)
         self.rollout = RolloutWorkerGroup(
             model_dir, cfg.rollout, cfg.env, device=device, env_url=cfg.env.server_url,
@@ -109,8 +118,10 @@ class Trainer:
             num_gpus_per_worker=float(cfg.rollout.vllm.tensor_parallel_size) if device == "cuda" else 0.0,
             hidden_layer=rollout_hidden_layer(cfg, self.estimator),
             thread_shares=rollout_thread_shares(cfg),
-            worker_resources=cfg.placement.rollout, env_resources=cfg.placement.env)
-        self.weights = weight_sync_for(cfg, self.learner, self.rollout, device)
+            worker_resources=cfg.placement.rollout, env_resources=cfg.placement.env,
+            worker_slots=slots.rollout_slots if slots else None, env_slots=slots.env_slots if slots else None)
+        self.weights = weight_sync_for(cfg, self.learner, self.rollout, device,
+                                       colocated=slots is not None and slots.colocated)
         check_mode_layout(cfg, self.weights)
         warn_if_uncorrected(cfg)
         self.weights.connect()
@@ -136,6 +147,7 @@ class Trainer:
         cfg = self.cfg
         self.state = self.run.load_latest() or TrainerState()
         done = self.state.iteration
+        self.reserve_placement()
         self.state.model_dir = self.state.model_dir or self.prepare_policy()
         self.build(self.state.model_dir)
         if done > 0:
@@ -282,6 +294,8 @@ class Trainer:
                 part.close()
         if self.learner is not None:
             self.learner.shutdown()
+        if self.placement is not None:
+            self.placement.release()
         self.tracker.close()
 
 

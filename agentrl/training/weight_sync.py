@@ -25,10 +25,12 @@ from agentrl.errors import UsageError
 
 
 def weight_sync_path(cfg: Config, learner_device: str, learner_gpu: str | None,
-                     rollout_gpus: list[str | None]) -> str:
+                     rollout_gpus: list[str | None], colocated: bool = False) -> str:
     """``ipc`` when ``rollout.weight_sync`` asks for it or, with ``auto``, when it applies: one learner
     rank on a GPU with ZeRO <= 2 and every rollout worker on that same GPU (``*_gpu``: device UUIDs).
-    ``auto`` otherwise: ``broadcast`` on GPUs, ``packed`` on CPU. ``broadcast`` and ``packed`` as asked."""
+    ``auto`` otherwise: ``broadcast`` on GPUs, ``packed`` on CPU. ``broadcast`` and ``packed`` as asked.
+    ``colocated`` (the placement plan's layout): learner ranks share the engines' GPUs, and NCCL refuses
+    a group with two members on one GPU, so ``auto`` takes ``packed`` there and ``broadcast`` is refused."""
     applies = (learner_device == "cuda" and cfg.learner.num_ranks == 1 and cfg.learner.zero_stage < 3
                and learner_gpu is not None and bool(rollout_gpus) and all(g == learner_gpu for g in rollout_gpus))
     wanted = cfg.rollout.weight_sync
@@ -36,9 +38,13 @@ def weight_sync_path(cfg: Config, learner_device: str, learner_gpu: str | None,
         raise UsageError("rollout.weight_sync=ipc needs one learner rank (learner.num_ranks=1) on a GPU with "
                          "learner.zero_stage <= 2 and every rollout worker on the learner's GPU; set "
                          "rollout.weight_sync=auto (or packed) for this layout")
+    if wanted == "broadcast" and colocated and learner_device == "cuda":
+        raise UsageError("rollout.weight_sync=broadcast needs the learner's rank 0 and every rollout worker on GPUs of "
+                         "their own (NCCL refuses two members on one GPU), but placement.layout=colocated shares them; "
+                         "set rollout.weight_sync=auto (or packed), or placement.layout=split")
     if wanted != "auto":
         return wanted
-    return "ipc" if applies else "broadcast" if learner_device == "cuda" else "packed"
+    return "ipc" if applies else "packed" if colocated or learner_device != "cuda" else "broadcast"
 
 
 class WeightSync:
@@ -99,12 +105,12 @@ class BroadcastSync(WeightSync):
 PATHS = {cls.name: cls for cls in (PackedSync, IpcSync, BroadcastSync)}
 
 
-def weight_sync_for(cfg: Config, learner: Any, rollout: Any, device: str) -> WeightSync:
+def weight_sync_for(cfg: Config, learner: Any, rollout: Any, device: str, colocated: bool = False) -> WeightSync:
     """The path ``rollout.weight_sync`` asks for (or ``auto`` picks for this layout), not yet connected."""
     if device == "cuda":
         from agentrl.weights import device_uuid
 
-        path = weight_sync_path(cfg, device, device_uuid(), rollout.gpu_uuids())
+        path = weight_sync_path(cfg, device, device_uuid(), rollout.gpu_uuids(), colocated)
     else:
         path = weight_sync_path(cfg, device, None, [])
     return PATHS[path](learner, rollout)

@@ -39,7 +39,10 @@ def test_engine_arguments_per_release_on_a_gpu(release):
     assert kwargs == {"model": "/m", "dtype": "bfloat16", "max_model_len": 4096, "seed": 3, "enforce_eager": False,
                       "logprobs_mode": "processed_logprobs", "enable_prefix_caching": True,
                       "max_num_seqs": 256, "gpu_memory_utilization": 0.6, "tensor_parallel_size": 2,
-                      "enable_sleep_mode": True}     # tensor parallelism 2: vLLM's own executor, not "uni"
+                      "enable_sleep_mode": True,
+                      # tensor parallelism 2: vLLM's processes on the worker's own GPUs, never its Ray
+                      # executor (which it would take inside the plan's placement group)
+                      "distributed_executor_backend": "mp"}
 
 
 def test_engine_arguments_on_cpu_and_one_gpu_without_sleep():

@@ -42,14 +42,28 @@ def require_inputs(cfg: Config) -> None:
                          "file; set trainer.output_dir to a writable directory")
 
 
+def wants_gpu(cfg: Config) -> bool:
+    """Whether the run trains on GPUs: ``trainer.device=cuda``, or ``auto`` with a model that is not tiny."""
+    return cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and cfg.model.name_or_path != "tiny")
+
+
 def require_hardware(cfg: Config, recipe: str | None) -> None:
     """Stop before anything is written when a GPU recipe meets a machine without GPUs."""
     import torch
 
-    wants_gpu = cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and cfg.model.name_or_path != "tiny")
-    if wants_gpu and not torch.cuda.is_available():
+    if wants_gpu(cfg) and not torch.cuda.is_available():
         raise UsageError(f"{recipe or 'this config'} trains {cfg.model.name_or_path} and needs GPUs, but none is "
                          "visible; run a *_tiny recipe on CPU, or pass trainer.device=cpu to force the CPU")
+
+
+def require_placement(cfg: Config) -> None:
+    """Stop before anything is written when a GPU run's placement plan cannot work on the cluster that
+    ``placement.nodes`` x ``placement.gpus_per_node`` describe (when both are set; the trainer plans
+    on the Ray cluster's own nodes again before any actor starts)."""
+    if wants_gpu(cfg) and cfg.placement.nodes and cfg.placement.gpus_per_node:
+        from agentrl.placement import plan_placement
+
+        plan_placement(cfg)
 
 
 def split_late_flags(args, prog: str, add_flags: Callable[[argparse.ArgumentParser], None]) -> list[str]:

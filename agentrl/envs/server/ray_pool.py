@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from agentrl.envs.server.pool import EnvPool, shard_sizes
-from agentrl.runtime.ray_start import placed
+from agentrl.runtime.actor_slots import ActorSlot, actor_options, slot_at
 
 
 class EnvPoolActor:
@@ -32,7 +32,7 @@ def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | Non
                       num_shards: int = 1, num_cpus_per_shard: float = 1.0,
                       max_restarts: int = 3, factory: Callable[[], Any] | None = None,
                       start_timeout: float = 300.0, call_timeout_s: float | None = None,
-                      resources: Sequence[str] = ()) -> list[Any]:
+                      resources: Sequence[str] = (), slots: Sequence[ActorSlot] | None = None) -> list[Any]:
     """Start ``num_shards`` pool actors (Ray must be initialised) and wait until they are built.
 
     ``factory`` (optional) builds one instance instead of ``make_env(env_name, **env_kwargs)``:
@@ -42,15 +42,17 @@ def launch_ray_shards(env_name: str, size: int, env_kwargs: dict[str, Any] | Non
     instances: their next ``step`` reports "no running episode" until they are reset.
     ``call_timeout_s``: see :class:`EnvPool` (a hung reset/step is abandoned, the instance rebuilt).
     ``resources``: a Ray custom resource per shard (repeated when shorter) that places it on a node
-    (``placement.env``).
+    (``placement.env``). ``slots``: one placement-group bundle per shard (the placement plan's env
+    bundles, :mod:`agentrl.runtime.actor_slots`) instead.
     """
     import ray
 
     actor_class = ray.remote(EnvPoolActor)
     sizes = shard_sizes(size, num_shards)
-    actors = [actor_class.options(num_cpus=num_cpus_per_shard, max_restarts=max_restarts, max_task_retries=0,
-                                  resources=placed(resources, i)).remote(env_name, n, env_kwargs, sum(sizes[:i]),
-                                                                         factory, call_timeout_s)
+    actors = [actor_class.options(max_restarts=max_restarts, max_task_retries=0,
+                                  **actor_options(slot_at(slots, i), num_cpus=num_cpus_per_shard, num_gpus=0,
+                                                  resources=resources, index=i)
+                                  ).remote(env_name, n, env_kwargs, sum(sizes[:i]), factory, call_timeout_s)
               for i, n in enumerate(sizes)]
     try:
         ray.get([a.ready.remote() for a in actors], timeout=start_timeout)

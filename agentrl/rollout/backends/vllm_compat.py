@@ -5,7 +5,8 @@ states what it wants. What was read in each release's source (file:line in the 0
 
 * ``LLM(**kwargs)``: every key agentrl passes exists with the same name and meaning in 0.26-0.33
   (``EngineArgs``: ``logprobs_mode``, ``enable_sleep_mode``, ``distributed_executor_backend``
-  ``"uni"``, ``enable_prefix_caching``, ``enable_chunked_prefill``, ``max_num_batched_tokens``,
+  ``"uni"`` (``"mp"`` with tensor parallelism, a value vLLM has accepted since long before 0.26),
+  ``enable_prefix_caching``, ``enable_chunked_prefill``, ``max_num_batched_tokens``,
   ``max_num_seqs``, ``gpu_memory_utilization``, ``tensor_parallel_size``, ``enforce_eager``,
   ``seed``); no required argument was added. ``logprobs_mode="processed_logprobs"`` is
   ``log_softmax`` after temperature and after top-k/top-p masking in both model runners, so it
@@ -98,7 +99,10 @@ def engine_kwargs(version: tuple[int, int, int], *, model: str, dtype: str, max_
             kwargs["gpu_memory_utilization"] = float(vllm_cfg.gpu_memory_utilization)
             kwargs["tensor_parallel_size"] = int(vllm_cfg.tensor_parallel_size)
             if kwargs["tensor_parallel_size"] > 1:
-                kwargs.pop("distributed_executor_backend")    # several GPUs: vLLM's multiprocessing executor
+                # several GPUs: vLLM's multiprocessing executor on the GPUs the worker actor sees (its
+                # placement-group bundle); left to itself vLLM would take its Ray executor inside a
+                # placement group and look for GPUs in the group's other bundles
+                kwargs["distributed_executor_backend"] = "mp"
     if sleep_level not in SLEEP_LEVELS:
         raise ValueError(f"sleep level must be one of {SLEEP_LEVELS}, got {sleep_level!r}")
     if sleep_level and not on_cpu:
