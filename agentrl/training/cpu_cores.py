@@ -19,6 +19,22 @@ def available_cores() -> int:
     return cores()
 
 
+def prepare_local_learner(cfg: Config, device: str) -> bool:
+    """A one-rank learner on CPU runs in this process: warn when its floats are not flushed (the agentrl
+    command flushes them; Ray learner ranks flush their own, agentrl.runtime.denormals) and set its
+    threads. True when the learner runs here on CPU."""
+    if device != "cpu" or cfg.learner.num_ranks != 1:
+        return False
+    from agentrl.runtime.denormals import warn_unless_flushed
+
+    warn_unless_flushed()
+    if learner_threads(cfg):
+        import torch
+
+        torch.set_num_threads(learner_threads(cfg))
+    return True
+
+
 def learner_threads(cfg: Config) -> int | None:
     """The learner's threads: ``learner.torch_threads`` when set; None (torch's default) when the
     rollout never runs at the same time; else its share of the cores."""
@@ -44,4 +60,4 @@ def core_policy(cfg: Config, rollout_busy: Callable[[], bool]) -> Callable[[], i
     return lambda: share if rollout_busy() else every
 
 
-__all__ = ["core_policy", "learner_threads", "rollout_thread_shares"]
+__all__ = ["core_policy", "learner_threads", "prepare_local_learner", "rollout_thread_shares"]

@@ -35,7 +35,6 @@ from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.runs.directory import CheckpointNotWritten, RunDirectory, TrainerState
 from agentrl.runs.task_schedule import TaskSchedule
 from agentrl.runs.tracking import GpuMemory, Phases, Tracker
-from agentrl.runtime.denormals import warn_unless_flushed
 from agentrl.training.failures import FailureStop
 from agentrl.training.inspection import BatchRecorder, rollout_hidden_layer
 from agentrl.training.metrics import episode_metrics, rollout_logprob_gap
@@ -96,19 +95,14 @@ class Trainer:
         from agentrl.rollout.sources import rollout_source
         from agentrl.rollout.workers import RolloutWorkerGroup
         from agentrl.runtime.ray_start import start_ray
-        from agentrl.training.cpu_cores import core_policy, learner_threads, rollout_thread_shares
+        from agentrl.training.cpu_cores import core_policy, prepare_local_learner, rollout_thread_shares
         from agentrl.training.modes import check_mode_layout, warn_if_uncorrected
         from agentrl.training.weight_sync import weight_sync_for
 
         cfg = self.cfg
         start_ray(cfg)
         device = self.learner_device()
-        on_cpu_here = device == "cpu" and cfg.learner.num_ranks == 1
-        self.warn_if_local_learner_keeps_denormals()
-        if on_cpu_here and learner_threads(cfg):
-            import torch
-
-            torch.set_num_threads(learner_threads(cfg))
+        on_cpu_here = prepare_local_learner(cfg, device)     # a one-rank CPU learner runs in this process
         slots = self.placement
         self.learner = LearnerGroup(cfg, model_dir, slots=slots.learner_slots if slots else None)
         self.memory = GpuMemory.for_device(device)
@@ -130,12 +124,6 @@ class Trainer:
         if on_cpu_here:
             self.learner.set_thread_policy(core_policy(cfg, self.source.busy))
         self.recorder = BatchRecorder(cfg, self.run, model_dir)
-
-    def warn_if_local_learner_keeps_denormals(self) -> None:
-        """A one-rank CPU learner runs in this process: warn when its floats are not flushed (the
-        agentrl command flushes them; Ray learner ranks flush their own, agentrl.runtime.denormals)."""
-        if self.learner_device() == "cpu" and self.cfg.learner.num_ranks == 1:
-            warn_unless_flushed()
 
     def learner_device(self) -> str:
         from agentrl.learner.engine import resolve_device

@@ -129,6 +129,8 @@ def test_trainer_warns_when_its_in_process_cpu_learner_keeps_denormals(tmp_path)
     gets the warning with the fix; Ray learner ranks flush their own threads, so two ranks get none."""
     import warnings
 
+    from agentrl.training.cpu_cores import prepare_local_learner
+
     cfg = learner_config()
     cfg.trainer.output_dir = str(tmp_path / "runs")
     cfg.logging.tensorboard, cfg.logging.progress_bar, cfg.logging.wandb.mode = False, False, "disabled"
@@ -137,10 +139,10 @@ def test_trainer_warns_when_its_in_process_cpu_learner_keeps_denormals(tmp_path)
         assert trainer.learner_device() == "cpu"
         cfg.learner.num_ranks = 1
         with pytest.warns(RuntimeWarning, match="flush_denormals"):
-            trainer.warn_if_local_learner_keeps_denormals()
+            assert prepare_local_learner(cfg, trainer.learner_device())
         cfg.learner.num_ranks = 2
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            trainer.warn_if_local_learner_keeps_denormals()
+            assert not prepare_local_learner(cfg, trainer.learner_device())
     finally:
         trainer.tracker.close()
