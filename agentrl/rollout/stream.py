@@ -135,8 +135,15 @@ class GroupBuffer:
         return dropped
 
     def take(self, count: int, version: int) -> tuple[list[Group], list[int]]:
-        """The oldest ``count`` groups (fewer if the buffer has fewer) and their staleness at ``version``."""
-        taken = [self.groups.popleft() for _ in range(min(count, len(self.groups)))]
+        """``count`` groups (fewer if the buffer has fewer), the stalest first (the smallest oldest
+        version; among equals the first to arrive), and their staleness at ``version``. Stalest first:
+        a group that took long (an episode that ran to the step limit) arrives behind quicker ones
+        and would otherwise wait in the buffer until it is too stale and dropped, which would leave
+        the slow, mostly failing, groups out of training more often than the quick ones."""
+        order = sorted(range(len(self.groups)), key=lambda i: (self.groups[i].oldest_version, i))[:count]
+        taken = [self.groups[i] for i in order]
+        chosen = set(order)
+        self.groups = deque(g for i, g in enumerate(self.groups) if i not in chosen)
         return taken, [version - g.oldest_version for g in taken]
 
     def drain_stats(self) -> dict[str, float]:

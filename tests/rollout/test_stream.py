@@ -193,3 +193,14 @@ def test_stream_numbers_calls_like_iterations_and_resubmits_calls_in_flight(ray_
         again.wait_for_all()
         with pytest.raises(RuntimeError, match="did not receive the learner's weights"):
             again.next_batch(version=6, max_staleness=1)
+
+
+def test_the_stalest_groups_are_taken_first():
+    # group 3 (started at version 0, a slow one) arrived after groups 1 and 2 (versions 1 and 2): it is
+    # taken before them, or it would wait until it was too stale and be dropped
+    buffer = GroupBuffer()
+    buffer.add(1, call_result([1, 2], {1: [1] * 4, 2: [2] * 4}))
+    buffer.add(2, call_result([3, 4], {3: [0, 0, 2, 2], 4: [1] * 4}))
+    taken, ages = buffer.take(2, version=2)
+    assert [g.group_id for g in taken] == [3, 1] and ages == [2, 1]     # among equals (1 and 4) the first to arrive
+    assert [g.group_id for g in buffer.groups] == [2, 4]
