@@ -181,13 +181,16 @@ class Tally:
         return counts
 
 
-def token_versions(generation: Generation, version: int) -> list[int] | None:
-    """The policy version of each token of ``generation`` when weights changed during it (a backend
-    that loads weights between tokens reports them), else None: every token is ``version``'s."""
+def step_versions(generation: Generation, version: int) -> tuple[int, list[int] | None]:
+    """The policy version of a step (that of its first token) and of each token of ``generation``
+    when weights changed during it (a backend that loads weights between tokens reports them; None:
+    every token is the step's). ``version`` is the engine's version when the generate call began:
+    weights that arrive between then and the first token are already the first token's."""
     versions = getattr(generation, "versions", None)
-    if versions is None or all(v == version for v in versions):
-        return None
-    return list(versions)
+    if not versions:
+        return version, None
+    first = int(versions[0])
+    return first, (None if all(v == first for v in versions) else list(versions))
 
 
 class RolloutEngine:
@@ -389,8 +392,8 @@ class RolloutEngine:
         tally.timed("env_s", t0)
         for episode, prompt, generation, response, p, result in zip(episodes, prompts, generations, responses,
                                                                      parsed, results):
-            noop = episode.take_step(self, prompt, generation, response, p, result, version,
-                                     token_versions(generation, version))
+            noop = episode.take_step(self, prompt, generation, response, p, result,
+                                     *step_versions(generation, version))
             tally.add("noop_actions", noop)
         tally.add("env_steps", len(episodes))
         tally.add("generated_tokens", sum(len(g.token_ids) for g in generations))

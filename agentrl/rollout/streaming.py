@@ -8,15 +8,18 @@ trainer's side, decides which groups exist and when:
 * **Which.** Group ``g`` (numbered from 0 over the run) plays the ``g % tasks_per_iteration``-th
   task of iteration ``g // tasks_per_iteration + 1`` of the task schedule, with trajectory ids
   ``g * group_size ...``: the schedule's order, consumed faster when groups are dropped or filtered.
-* **When.** At most ``(1 + max_staleness) * tasks_per_iteration * oversample`` groups are in flight
-  or buffered: the stream never runs more than ``max_staleness`` iterations ahead of the learner
-  (as AReaL bounds its rollouts), so a group that started promptly is never too stale. A new group
-  goes to the worker with the fewest groups in hand.
+* **When.** With the learner at version ``v`` and ``n`` groups taken so far, at most
+  ``((v + 1 + max_staleness) * tasks_per_iteration - n) * oversample`` groups are in flight or
+  buffered (AReaL's bound): the ones the learner will take up to version ``v + max_staleness``, so a
+  group that starts now is at most ``max_staleness`` versions old when it is trained (before a take:
+  ``1 + max_staleness`` iterations' groups; right after it, ``max_staleness``). A new group goes to
+  the worker with the fewest groups in hand.
 * **What the learner gets.** ``next_batch(k)`` waits until ``tasks_per_iteration`` groups are
   buffered that are at most ``max_staleness`` versions behind the learner (version k - 1), dropping
   staler ones and, with ``trainer.filter_groups``, groups whose returns are all equal; each dropped
-  or filtered group frees a place in flight, which a new group takes. The oldest finished groups
-  are trained first. When a policy gives almost only such groups (every episode fails), the filter
+  or filtered group frees a place in flight, which a new group takes. The stalest groups are trained
+  first (a slow group, episodes to the step limit, arrives behind quicker ones and would otherwise
+  wait until it is dropped). When a policy gives almost only such groups (every episode fails), the filter
   gives up after ``FILTER_PATIENCE`` groups per place in the batch and the batch is completed with
   them (DAPO stops with an error there instead); ``async/groups_filtered`` shows it.
 
@@ -58,7 +61,9 @@ class StreamingRollout(RolloutSource):
         self.group_size, self.per_iteration = cfg.env.group_size, cfg.env.tasks_per_iteration
         self.max_staleness = cfg.trainer.max_staleness
         self.filter = cfg.trainer.filter_groups
-        self.limit = math.ceil((1 + self.max_staleness) * self.per_iteration * cfg.trainer.oversample)
+        self.oversample = cfg.trainer.oversample
+        self.version = 0            # the learner's policy version (iteration - 1 of the batch asked for)
+        self.taken = 0              # groups handed to the learner so far
         self.seed = cfg.trainer.seed
         self.expert_guidance = cfg.rollout.expert_guidance
         self.hang_timeout_s = float(cfg.rollout.hang_timeout_s)
@@ -68,7 +73,8 @@ class StreamingRollout(RolloutSource):
         self.in_flight: dict[int, int] = {}       # group id -> the worker playing it (or holding it, not started)
         self.serving: list = []                   # each worker's serve_groups call
         self.takes: dict[int, object] = {}        # worker -> its take_groups call in flight
-        self.sessions = 0
+        self.sessions = 0                         # serve calls of this stream (they vary the sampling seed)
+        self.session = 0                          # the workers' number of the current serve call
         self.filtered_total = 0
         self.lost = 0                             # groups that came back without a record
         self.last_progress = time.monotonic()
@@ -90,11 +96,18 @@ class StreamingRollout(RolloutSource):
             self.in_flight[spec.group_id] = worker
             batches.setdefault(worker, []).append(spec)
         for worker, batch in batches.items():
-            self.workers.add_groups(worker, batch)
+            self.workers.add_groups(worker, batch, self.session)
+
+    def limit(self) -> int:
+        """How many groups may be in flight or buffered now: those the learner will take up to version
+        ``version + max_staleness`` (AReaL's bound), so that a group that starts now is at most
+        ``max_staleness`` versions old when it is trained; times ``trainer.oversample``."""
+        room = (self.version + 1 + self.max_staleness) * self.per_iteration - self.taken
+        return math.ceil(room * self.oversample)
 
     def admit(self) -> None:
         """New groups while fewer than the limit are in flight or buffered."""
-        count = self.limit - len(self.in_flight) - len(self.buffer)
+        count = self.limit() - len(self.in_flight) - len(self.buffer)
         if count > 0:
             self.give([self.spec(g) for g in range(self.next_group, self.next_group + count)])
             self.next_group += count
@@ -103,8 +116,8 @@ class StreamingRollout(RolloutSource):
     def serve(self) -> None:
         self.sessions += 1
         seed = self.seed * 1_000_003 + 104_729 * self.sessions
-        self.serving = self.workers.serve_groups(self.sampling, self.group_size, seed, self.expert_guidance,
-                                                 self.per_iteration)
+        self.session, self.serving = self.workers.serve_groups(self.sampling, self.group_size, seed,
+                                                               self.expert_guidance, self.per_iteration)
         self.takes = {}
 
     def collect(self, wait_s: float, raise_errors: bool = True) -> int:
@@ -115,12 +128,14 @@ class StreamingRollout(RolloutSource):
 
         for worker in range(self.workers.num_workers):
             if worker not in self.takes:    # each worker answers when it has a finished group, or after TAKE_WAIT_S
-                self.takes[worker] = self.workers.take_groups(worker, TAKE_WAIT_S)
+                self.takes[worker] = self.workers.take_groups(worker, TAKE_WAIT_S, self.session)
         refs = list(self.takes.values()) + self.serving
         ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
         ended = [ref for ref in self.serving if ref in ready]
         if ended and raise_errors:
             ray.get(ended)      # a worker stops serving only when asked, or with its error
+            raise RuntimeError(f"rollout worker {self.serving.index(ended[0])} stopped serving groups without being "
+                               "asked to (its serve call returned); this is a bug in agentrl")
         arrived = 0
         for worker, ref in list(self.takes.items()):
             if ref in ready or ended:
@@ -171,13 +186,14 @@ class StreamingRollout(RolloutSource):
             restored = f"restored {len(self.buffer)} buffered groups; {len(again)} groups that were in flight run again"
         else:
             self.next_group = done * self.per_iteration
+        self.version, self.taken = done, done * self.per_iteration
         self.serve()
         self.give(again)
         self.admit()
         return restored
 
     def next_batch(self, iteration: int) -> Taken:
-        version = iteration - 1
+        version = self.version = iteration - 1
         start = time.perf_counter()
         dropped = filtered = 0
         while True:
@@ -195,6 +211,7 @@ class StreamingRollout(RolloutSource):
             if not self.collect(TAKE_WAIT_S):
                 self.check_progress()
         taken, staleness = self.buffer.take(self.per_iteration, version)
+        self.taken += len(taken)
         self.filtered_total += filtered
         self.admit()
         batch = TakenBatch(merge_groups(taken, self.buffer.drain_stats()), staleness, dropped,
@@ -221,10 +238,11 @@ class StreamingRollout(RolloutSource):
         """Every worker finishes the groups it started; the others come back (not started)."""
         import ray
 
-        self.workers.stop_serving()
+        self.workers.stop_serving(self.session)
         unstarted = [spec for specs in ray.get(self.serving) for spec in specs]
         # what the workers finished before they stopped: the take calls in flight, then one last take each
-        pending = list(self.takes.values()) + [self.workers.take_groups(w, 0.0) for w in range(self.workers.num_workers)]
+        pending = list(self.takes.values()) + [self.workers.take_groups(w, 0.0, self.session)
+                                              for w in range(self.workers.num_workers)]
         for results in ray.get(pending):
             for result in results:
                 self.arrive(result)
@@ -248,7 +266,7 @@ class StreamingRollout(RolloutSource):
 
         if not self.serving:
             return
-        self.workers.stop_serving()
+        self.workers.stop_serving(self.session)
         for ref in self.serving + list(self.takes.values()):
             try:
                 ray.cancel(ref)

@@ -124,9 +124,9 @@ class RolloutWorker:
             self.backend.weights_between_tokens = self._load_staged_between_tokens
         # streaming (serve_groups): groups given to this worker, groups it finished, and the stop flag
         self._stream = threading.Condition()
-        self._inbox: list = []
-        self._outbox: list[RolloutResult] = []
-        self._stop_serving = False
+        self._inbox: list[tuple[int, Any]] = []              # (session, group spec)
+        self._outbox: list[tuple[int, RolloutResult]] = []   # (session, finished group)
+        self._stopped_session = 0     # serve_groups calls up to this session number are asked to stop
         self._serving = False
 
     def ready(self) -> bool:
@@ -146,6 +146,7 @@ class RolloutWorker:
             staged = self._staged.version if self._staged is not None else None
             return {"rolling_out": self._rolling_out, "policy_version": self.engine.policy_version,
                     "staged_version": staged, "doing": doing, "for_s": time.monotonic() - activity.since,
+                    "generated_tokens": int(self.backend.stats().get("generated_tokens", 0)),
                     "pid": os.getpid(), "node": ray.util.get_node_ip_address() if ray.is_initialized() else "local"}
 
     def torch_threads(self) -> int:
@@ -235,27 +236,28 @@ class RolloutWorker:
 
     # ----- streaming: whole groups handed back as they finish (trainer.mode=async) ------------------
     def serve_groups(self, sampling: SamplingParams, group_size: int, seed: int, expert_guidance: bool = False,
-                     failure_block: int = 0) -> list:
+                     failure_block: int = 0, session: int = 1) -> list:
         """Play the groups :meth:`add_groups` gives, starting each as env instances free up
         (:class:`~agentrl.rollout.group_pool.GroupPool`), until :meth:`stop_serving`; the finished ones
         wait for :meth:`take_groups`. Returns the groups given but not started (after finishing the
-        ones that had started)."""
+        ones that had started). ``session`` numbers the driver's serve calls: a stop for this session
+        that reached the worker first (the stop and this call run in different concurrency groups)
+        still stops it, and a stop for an older one does not."""
         from agentrl.rollout.group_pool import GroupPool
 
         flush_denormals()
         pool = GroupPool(self.engine, group_size, sampling, seed, expert_guidance=expert_guidance,
                          failure_block=failure_block)
         with self._stream:
-            # a stop asked for before this call began (the driver's pause right after it started the
-            # stream: the stop reached the stream group first) holds: it is cleared only on the way out
             self._serving = True
         unstarted: list = []
         try:
             while True:
                 with self._stream:
-                    pool.add(self._inbox)
-                    self._inbox = []
-                    stopping = self._stop_serving
+                    # this session's groups; an older session's leftovers go, a newer one's wait for it
+                    pool.add([spec for owner, spec in self._inbox if owner == session])
+                    self._inbox = [(owner, spec) for owner, spec in self._inbox if owner > session]
+                    stopping = self._stopped_session >= session
                     if stopping:
                         unstarted += pool.take_waiting()
                     if not pool.busy and not pool.waiting:
@@ -277,36 +279,43 @@ class RolloutWorker:
                     stats = pool.drain_stats()
                     finished[0].stats = {**stats, **finished[0].stats}
                     with self._stream:
-                        self._outbox.extend(finished)
+                        self._outbox.extend((session, result) for result in finished)
                         self._stream.notify_all()
             return unstarted
         finally:
             with self._weights_lock:
                 self._rolling_out = False
             with self._stream:
-                self._serving, self._stop_serving = False, False
+                self._serving = False
                 self._stream.notify_all()
 
-    def add_groups(self, specs: list) -> None:
-        """Groups (:class:`~agentrl.rollout.group_pool.GroupSpec`) for :meth:`serve_groups` to play."""
+    def add_groups(self, specs: list, session: int = 1) -> None:
+        """Groups (:class:`~agentrl.rollout.group_pool.GroupSpec`) for the :meth:`serve_groups` call of
+        ``session`` to play (they may arrive before it starts)."""
         with self._stream:
-            self._inbox.extend(specs)
+            self._inbox.extend((session, spec) for spec in specs)
             self._stream.notify_all()
 
-    def take_groups(self, wait_s: float) -> list[RolloutResult]:
-        """The groups finished since the last call, waiting up to ``wait_s`` for at least one (less when
-        serving ends)."""
+    def take_groups(self, wait_s: float, session: int = 1) -> list[RolloutResult]:
+        """The groups of ``session`` finished since the last call, waiting up to ``wait_s`` for at least
+        one (less when serving ends); an older session's leftovers are dropped."""
         deadline = time.monotonic() + wait_s
+
+        def mine() -> bool:
+            return any(owner == session for owner, _ in self._outbox)
+
         with self._stream:
-            while not self._outbox and self._serving and time.monotonic() < deadline:
+            while not mine() and self._serving and time.monotonic() < deadline:
                 self._stream.wait(timeout=max(0.0, deadline - time.monotonic()))
-            taken, self._outbox = self._outbox, []
+            taken = [result for owner, result in self._outbox if owner == session]
+            self._outbox = [(owner, result) for owner, result in self._outbox if owner > session]
         return taken
 
-    def stop_serving(self) -> None:
-        """Ask :meth:`serve_groups` to finish the groups it started and return the others."""
+    def stop_serving(self, session: int = 1) -> None:
+        """Ask :meth:`serve_groups` of ``session`` (and older ones) to finish the groups it started and
+        return the others."""
         with self._stream:
-            self._stop_serving = True
+            self._stopped_session = max(self._stopped_session, int(session))
             self._stream.notify_all()
 
     def gpu_uuid(self) -> str | None:
@@ -392,6 +401,7 @@ class RolloutWorkerGroup:
                                            hidden_layer=hidden_layer)
                         for i, (lo, hi) in enumerate(self.instance_ranges)]
         ray.get([w.ready.remote() for w in self.workers])
+        self.serve_sessions = 0     # serve_groups calls so far (each a session the workers can be told to stop)
 
     def sampling_params(self, temperature: float | None = None, seed: int = 0) -> SamplingParams:
         return make_sampling_params(self.rollout_cfg, self.stop_token_ids, self.stop_strings, temperature, seed)
@@ -463,23 +473,28 @@ class RolloutWorkerGroup:
 
     # ----- streaming (agentrl.rollout.streaming) ----------------------------------------------------
     def serve_groups(self, sampling: SamplingParams, group_size: int, seed: int, expert_guidance: bool = False,
-                     failure_block: int = 0) -> list:
-        """Start every worker's group pool (:meth:`RolloutWorker.serve_groups`); one call per worker,
-        each giving back the groups it had not started once it stops serving."""
-        return [w.serve_groups.remote(sampling, group_size, int(seed) + WORKER_SEED_STRIDE * i, expert_guidance,
-                                      failure_block)
-                for i, w in enumerate(self.workers)]
+                     failure_block: int = 0) -> tuple[int, list]:
+        """Start every worker's group pool (:meth:`RolloutWorker.serve_groups`): the session's number
+        (for :meth:`stop_serving`) and one call per worker, each giving back the groups it had not
+        started once it stops serving."""
+        self.serve_sessions += 1
+        session = self.serve_sessions
+        calls = [w.serve_groups.remote(sampling, group_size, int(seed) + WORKER_SEED_STRIDE * i, expert_guidance,
+                                       failure_block, session)
+                 for i, w in enumerate(self.workers)]
+        return session, calls
 
-    def add_groups(self, worker: int, specs: list) -> None:
-        self.workers[worker].add_groups.options(concurrency_group=STREAM_GROUP).remote(specs)
+    def add_groups(self, worker: int, specs: list, session: int) -> None:
+        self.workers[worker].add_groups.options(concurrency_group=STREAM_GROUP).remote(specs, session)
 
-    def take_groups(self, worker: int, wait_s: float):
-        """A call that gives the groups worker ``worker`` finished (waiting up to ``wait_s`` for one)."""
-        return self.workers[worker].take_groups.options(concurrency_group=STREAM_GROUP).remote(wait_s)
+    def take_groups(self, worker: int, wait_s: float, session: int):
+        """A call that gives the groups of ``session`` worker ``worker`` finished (waiting up to ``wait_s``
+        for one)."""
+        return self.workers[worker].take_groups.options(concurrency_group=STREAM_GROUP).remote(wait_s, session)
 
-    def stop_serving(self) -> None:
+    def stop_serving(self, session: int = 1) -> None:
         for w in self.workers:
-            w.stop_serving.options(concurrency_group=STREAM_GROUP).remote()
+            w.stop_serving.options(concurrency_group=STREAM_GROUP).remote(session)
 
     def gpu_uuids(self) -> list[str | None]:
         import ray

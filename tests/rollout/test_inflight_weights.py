@@ -20,14 +20,23 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 
-def wait_until_generating(worker, timeout_s: float = 60.0) -> None:
+def wait_until_generating(worker, mid_response: bool, timeout_s: float = 60.0) -> None:
     """Until the rollout call has passed its first step boundary (it generates step 0 or later), so
     that weights sent now are loaded at a later boundary: ``rolling_out`` alone is true before the
-    first boundary, where staged weights would be loaded for every step (a loaded machine saw that)."""
+    first boundary, where staged weights would be loaded for every step (a loaded machine saw that).
+    ``mid_response``: also until a token of this generate call was sampled (weights that arrive
+    before its first token are rightly that token's already)."""
+    def status():
+        return ray.get(worker.status.options(concurrency_group=WEIGHTS_GROUP).remote())
+
     deadline = time.time() + timeout_s
-    while not ray.get(worker.status.options(concurrency_group=WEIGHTS_GROUP).remote())["doing"].startswith("generating"):
+    while not (now := status())["doing"].startswith("generating"):
         assert time.time() < deadline, "the rollout call never reached its first generate"
         time.sleep(0.01)
+    tokens = now["generated_tokens"]
+    while mid_response and status()["generated_tokens"] == tokens:
+        assert time.time() < deadline, "the generate call never sampled a token"
+        time.sleep(0.002)
 
 
 def rollout_with_weights_arriving(tiny_model_dir, second, between_tokens: bool, sends: int = 1,
@@ -41,7 +50,7 @@ def rollout_with_weights_arriving(tiny_model_dir, second, between_tokens: bool, 
     with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=1, worker_num_cpus=0.5, env_num_cpus=0.5) as group:
         pending = group.submit([TaskRef("depth2", 3)], group_size=2, seed=1, first_group_id=4)
         for version in range(5, 5 + sends):
-            wait_until_generating(group.workers[0])
+            wait_until_generating(group.workers[0], mid_response=between_tokens)
             group.load_weights(second.state_dict(), version=version)  # returns once staged, not after the rollout
             time.sleep(0.05)
         assert not pending.done(), "the rollout call ended before the weights arrived; make it longer"

@@ -61,7 +61,8 @@ def test_groups_stream_up_to_the_bound_stale_ones_are_replaced_and_a_checkpoint_
             assert sorted({e.traj_id for e in first.result.episodes if e.group_id == gid}) == [2 * gid, 2 * gid + 1]
             assert {e.task for e in first.result.episodes if e.group_id == gid} == {tasks_of(gid // 2 + 1)[gid % 2]}
         assert first.metrics["async/staleness_max"] == 0.0 and first.metrics["async/groups_dropped"] == 0
-        assert len(stream.in_flight) + len(stream.buffer) == 4 and stream.next_group == 6
+        # after the take, only the groups the learner takes up to version 0 + max_staleness stay: 2
+        assert len(stream.in_flight) + len(stream.buffer) == 2 and stream.next_group == 4
 
         # the learner jumps to version 3: every group that started on version 0 is too stale, dropped, and
         # replaced by new ones that start on the new weights (which of groups 0-5 had started by then
@@ -112,20 +113,21 @@ def test_the_filter_consumes_more_of_the_stream_and_gives_up_on_a_policy_without
 
 def test_a_stop_that_reaches_a_worker_before_its_serve_call_starts_still_stops_it(workers):
     # the trainer pauses the stream for validation right after starting it: the stop (in the stream
-    # concurrency group) can reach the worker before serve_groups (in the default group) begins
+    # concurrency group) can reach the worker before serve_groups (in the default group) begins; a
+    # stop of an earlier session (one whose serve call never ran) must not stop a later one
     import ray
 
     from agentrl.rollout.group_pool import GroupSpec
 
     worker = workers.workers[0]
-    workers.add_groups(0, [GroupSpec(tasks_of(1)[0], 0, 0)])
-    ray.get(worker.stop_serving.options(concurrency_group="stream").remote())
-    serving = worker.serve_groups.remote(workers.sampling_params(seed=0), 2, 0)
+    workers.add_groups(0, [GroupSpec(tasks_of(1)[0], 0, 0)], 7)
+    ray.get(worker.stop_serving.options(concurrency_group="stream").remote(7))
+    serving = worker.serve_groups.remote(workers.sampling_params(seed=0), 2, 0, False, 0, 7)
     unstarted = ray.get(serving, timeout=60)
     assert [spec.group_id for spec in unstarted] == [0]
-    # the stop was used up: the next serve call plays until it is stopped again
-    again = worker.serve_groups.remote(workers.sampling_params(seed=0), 2, 0)
+    # session 8 plays until it is stopped itself
+    again = worker.serve_groups.remote(workers.sampling_params(seed=0), 2, 0, False, 0, 8)
     ready, _ = ray.wait([again], timeout=2)
     assert not ready
-    ray.get(worker.stop_serving.options(concurrency_group="stream").remote())
+    ray.get(worker.stop_serving.options(concurrency_group="stream").remote(8))
     assert ray.get(again, timeout=60) == []
