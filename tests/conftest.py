@@ -98,6 +98,7 @@ def ray_head():
     cores). Its Ray workers run with this process's environment (less any rendezvous variables),
     not the command's. tests/test_async_training.py and tests/test_bench_modes.py still run the
     local start through the CLI; tests/test_ray_start.py tests it."""
+    pytest.importorskip("ray")
     home = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))     # short: Ray's socket paths must fit 107 bytes
     (home / "token").write_text(os.urandom(32).hex())
     port = _free_port()
