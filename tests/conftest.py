@@ -5,7 +5,12 @@ from __future__ import annotations
 import faulthandler
 import gc
 import os
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -57,6 +62,99 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (the daemons one `ray start` left behind)."""
+    import psutil
+
+    victims = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(proc.pid) == sid:
+                victims.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(victims, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """One Ray head node (`ray start --head`) for the whole test session: the environment (RAY_ADDRESS
+    and its token) that makes an `agentrl` command started by a test join it, as docs/multinode.md
+    recommends for many runs on one machine, instead of starting and stopping a local Ray instance
+    of its own (a tiny 2-rank train run took ~39 s that way and ~16 s joining a running head, on 2
+    cores). Its Ray workers run with this process's environment (less any rendezvous variables),
+    not the command's. tests/test_async_training.py and tests/test_bench_modes.py still run the
+    local start through the CLI; tests/test_ray_start.py tests it."""
+    pytest.importorskip("ray")
+    home = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))     # short: Ray's socket paths must fit 107 bytes
+    (home / "token").write_text(os.urandom(32).hex())
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(home / "token"), RAY_USAGE_STATS_ENABLED="0",
+               OMP_NUM_THREADS="1", WANDB_SILENT="true", TOKENIZERS_PARALLELISM="false")
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    # room for a 2-rank run (4 actors) beside the actors of a killed run that Ray is still cleaning up
+    proc = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=8", "--include-dashboard=false",
+                             f"--dashboard-port={_free_port()}", f"--ray-client-server-port={_free_port()}",
+                             f"--temp-dir={home / 'ray'}", "--disable-usage-stats"],
+                            env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out[-3000:]
+        yield {"RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_AUTH_MODE": "token",
+               "RAY_AUTH_TOKEN_PATH": str(home / "token")}
+    finally:
+        _kill_session(proc.pid)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_start_model(tmp_path_factory) -> str:
+    """A random tiny TextCraft policy (tokenizer trained on env text) for the `agentrl train` runs of
+    tests/cli_train.py, built once for the session."""
+    from agentrl.config import load_config
+    from agentrl.models import prepare_initial_model
+    from agentrl.warmstart.starting_policy import corpus_builder
+    from cli_train import TINY
+
+    cfg = load_config("textcraft_gigpo_tiny", TINY)
+    path = tmp_path_factory.mktemp("policy") / "init"
+    return prepare_initial_model(cfg.model, cfg.tokenizer, path, corpus=corpus_builder(cfg), seed=0)
+
+
+class FinishedRun:
+    """A finished `agentrl train` subprocess: its run directory, exit status and output."""
+
+    def __init__(self, run_dir: Path, returncode: int, output: str):
+        self.run_dir, self.returncode, self.output = run_dir, returncode, output
+
+
+@pytest.fixture(scope="session")
+def two_rank_run(tmp_path_factory, tiny_start_model, ray_head) -> FinishedRun:
+    """`agentrl train` of tests/cli_train.py's tiny settings (2 iterations, 2 learner ranks, a
+    checkpoint after each, validation after the second) with rollout.weight_sync=broadcast, run once:
+    tests/test_train_cli.py checks it and resumes a killed copy of it, tests/test_multinode.py
+    compares a two-node run's losses with it."""
+    from cli_train import run_cli, train_args
+
+    out = tmp_path_factory.mktemp("two-rank-run")
+    proc = run_cli([*train_args(out, tiny_start_model), "rollout.weight_sync=broadcast"], extra_env=ray_head)
+    output, _ = proc.communicate(timeout=900)
+    return FinishedRun(out / "run", proc.returncode, output)
 
 
 @pytest.hookimpl(trylast=True)

@@ -1,9 +1,11 @@
 """A real multi-node Ray cluster on one machine: a head and a second node started with `ray start` as
 separate raylets (distinct node ids, custom resources node_a / node_b) on loopback, with the
 commands of docs/multinode.md ("Placement"). `agentrl train` through RAY_ADDRESS places learner
-rank 0 on node A and rank 1 on node B, the rollout worker on B and the env pool on A; the losses
-equal a one-node run's; killing node B mid-run ends the run with one line naming the lost node and
-leaves the last checkpoint loadable; with node B back the same command resumes and finishes."""
+rank 0 on node A and rank 1 on node B, the rollout worker on B and the env pool on A; its losses
+equal a one-node run's; killing node B mid-run (after the second checkpoint) ends the run with one
+line naming the lost node and leaves the last checkpoint loadable; with node B back the same
+command resumes and finishes. The one-node run is tests/conftest.py::two_rank_run (the same
+settings, also checked by tests/test_train_cli.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from test_train_cli import iteration_losses, start_model, train_args  # noqa: F401 - start_model is a fixture
+from cli_train import iteration_losses, train_args
 
 pytestmark = pytest.mark.slow
 DOC = Path(__file__).resolve().parents[1] / "docs" / "multinode.md"
@@ -56,7 +58,11 @@ class LoopbackCluster:
         self.env = {**{k: v for k, v in os.environ.items()
                        if k not in ("RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")},
                     "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.dir / "token"),
-                    "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
+                    "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true",
+                    # the head's GCS checks each raylet every 0.5 s instead of every 3 s, so a killed
+                    # node is marked dead after 5 refused checks in ~2.5 s instead of ~15 s (a slow
+                    # but live raylet still has the 10 s timeout of each check to answer)
+                    "RAY_health_check_period_ms": "500"}
         self.sessions: dict[str, int] = {}     # node resource -> the session id of its processes
 
     @property
@@ -117,58 +123,65 @@ def cluster_train_args(train_line: str, out: Path, start_model: str, iterations:
     return [sys.executable, "-m", "agentrl.cli.main", *train_args(out, start_model, iterations), *placement]
 
 
-def actor_nodes(address: str, env: dict[str, str]) -> dict[str, list[str]]:
-    """Class name -> the node ids its actors ran on, from Ray's state API (in a child process: this
-    test process stays out of the cluster)."""
-    code = ("import json, ray\nfrom ray.util.state import list_actors\n"
-            f"ray.init(address={address!r}, log_to_driver=False)\n"
-            "nodes = {n['NodeID']: n for n in ray.nodes()}\n"
-            "out = {}\n"
-            "for a in list_actors(limit=1000, detail=True):\n"
-            "    res = nodes[a.node_id]['Resources'] if a.node_id in nodes else {}\n"
-            "    name = next((k for k in res if k.startswith('node_')), a.node_id)\n"
-            "    out.setdefault(a.class_name, []).append([a.name or '', name, a.actor_id])\n"
-            "print(json.dumps(out))\n")
-    code_rc, out = run([sys.executable, "-c", code], env, timeout=120)
-    assert code_rc == 0, out[-2000:]
+def in_cluster(address: str, env: dict[str, str], code: str):
+    """The JSON that ``code`` prints as a driver of the cluster (a child process: this test process
+    stays out of the cluster)."""
     import json
 
-    data = json.loads(out.strip().splitlines()[-1])
-    return {cls: [node for _, node, _ in entries] for cls, entries in data.items()}
+    script = f"import json, ray\nray.init(address={address!r}, log_to_driver=False)\n{code}"
+    code_rc, out = run([sys.executable, "-c", script], env, timeout=120)
+    assert code_rc == 0, out[-2000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
-def test_two_raylets_place_the_roles_survive_nothing_silently_and_resume(tmp_path, start_model):
+def node_names(address: str, env: dict[str, str]) -> dict[str, str]:
+    """Node id -> the custom resource (node_a, node_b) of each live node: Ray reports no resources
+    for a node once it is dead."""
+    return in_cluster(address, env, "print(json.dumps({n['NodeID']: next(k for k in n['Resources'] if "
+                                     "k.startswith('node_')) for n in ray.nodes() if n['Alive']}))\n")
+
+
+def actor_nodes(address: str, env: dict[str, str], names: dict[str, str]) -> dict[str, list[str]]:
+    """Class name -> the nodes (``names``) its actors ran on, from Ray's state API."""
+    data = in_cluster(address, env, "from ray.util.state import list_actors\n"
+                                    f"names = {names!r}\n"
+                                    "out = {}\n"
+                                    "for a in list_actors(limit=1000, detail=True):\n"
+                                    "    out.setdefault(a.class_name, []).append(names.get(a.node_id, a.node_id))\n"
+                                    "print(json.dumps(out))\n")
+    return data
+
+
+def test_two_raylets_place_the_roles_survive_nothing_silently_and_resume(tmp_path, tiny_start_model, two_rank_run):
+    """One run of 5 iterations on the two nodes: up to node B's loss after the second checkpoint its
+    losses are the one-node run's and its roles sit where placement.* put them."""
+    start_model = tiny_start_model
     ray_lines, train_lines = doc_commands()
     assert len(ray_lines) == 2 and len(train_lines) == 1
-    base_env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "RANK",
-                                                                  "WORLD_SIZE", "LOCAL_RANK")}
-    base_env.update(RAY_USAGE_STATS_ENABLED="0", WANDB_SILENT="true", OMP_NUM_THREADS="1")
-    # the same run on one node (a local Ray instance) first
-    rc, out = run([sys.executable, "-m", "agentrl.cli.main", *train_args(tmp_path / "one", start_model)], base_env)
-    assert rc == 0, out[-3000:]
-    one_node = iteration_losses(tmp_path / "one" / "run")
+    # the same run on one node (the session's Ray head), 2 iterations
+    assert two_rank_run.returncode == 0, two_rank_run.output[-3000:]
+    one_node = iteration_losses(two_rank_run.run_dir)
+    assert sorted(one_node) == [1, 2]
 
     cluster = LoopbackCluster(ray_lines)
     try:
         cluster.start(0)
         cluster.start(1)
         env = {**cluster.env, "RAY_ADDRESS": cluster.address}
-        rc, out = run(cluster_train_args(train_lines[0], tmp_path / "two", start_model, 2), env)
-        assert rc == 0, out[-3000:]
-        assert iteration_losses(tmp_path / "two" / "run") == pytest.approx(one_node, rel=1e-5, abs=1e-7)
-        placed = actor_nodes(cluster.address, env)
-        assert sorted(placed["LearnerRank"]) == ["node_a", "node_b"], placed
-        assert set(placed["RolloutWorker"]) == {"node_b"} and set(placed["EnvPoolActor"]) == {"node_a"}, placed
+        names = node_names(cluster.address, env)
+        assert sorted(names.values()) == ["node_a", "node_b"], names
 
-        # node B lost after the first checkpoint: one line naming it, the checkpoint intact
-        args = cluster_train_args(train_lines[0], tmp_path / "lost", start_model, 3)
+        # node B lost after the second checkpoint: one line naming it, the checkpoint intact
+        args = cluster_train_args(train_lines[0], tmp_path / "lost", start_model, 5)
         proc = subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
-        latest = tmp_path / "lost" / "run" / "checkpoints" / "latest"
+        latest = tmp_path / "lost" / "run" / "checkpoints" / "latest"   # replaced atomically
         deadline = time.time() + 600
-        while not latest.exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert latest.exists(), "no checkpoint before the node was killed"
+        while time.time() < deadline and proc.poll() is None and \
+                not (latest.exists() and latest.read_text().strip() == "iter_000002"):
+            time.sleep(0.1)
+        assert latest.exists() and latest.read_text().strip() == "iter_000002", \
+            "no second checkpoint before the node was killed"
         assert cluster.kill("node_b") >= 2          # its raylet and the actors' worker processes
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 2, out[-3000:]
@@ -179,20 +192,30 @@ def test_two_raylets_place_the_roles_survive_nothing_silently_and_resume(tmp_pat
         saved = latest.read_text().strip()
         assert (tmp_path / "lost" / "run" / "checkpoints" / saved / "trainer_state.json").is_file()
 
+        # up to then: the one-node run's losses, rank 0 on node A and rank 1 on node B, the rollout
+        # worker on B and the env pool on A
+        losses = iteration_losses(tmp_path / "lost" / "run")
+        assert {k: losses[k] for k in one_node} == pytest.approx(one_node, rel=1e-5, abs=1e-7)
+        placed = actor_nodes(cluster.address, env, names)
+        assert sorted(placed["LearnerRank"]) == ["node_a", "node_b"], placed
+        assert set(placed["RolloutWorker"]) == {"node_b"} and set(placed["EnvPoolActor"]) == {"node_a"}, placed
+
         # node B back: the same command resumes from that checkpoint and finishes
         cluster.start(1)
         rc, out = run(args, env)
         assert rc == 0, out[-3000:]
         assert f"resumed run after iteration {int(saved.split('_')[1])}" in out
-        assert sorted(iteration_losses(tmp_path / "lost" / "run"))[-1] == 3
+        assert sorted(iteration_losses(tmp_path / "lost" / "run"))[-1] == 5
     finally:
         cluster.stop()
 
 
-def test_a_placement_resource_that_no_node_offers_is_refused_in_one_line(tmp_path, start_model):
+def test_a_placement_resource_that_no_node_offers_is_refused_in_one_line(tmp_path, tiny_start_model, ray_head):
+    """The cluster the command joins (the session's Ray head, started without custom resources)
+    offers none."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1")
-    rc, out = run([sys.executable, "-m", "agentrl.cli.main", *train_args(tmp_path, start_model),
+    env.update(RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1", **ray_head)
+    rc, out = run([sys.executable, "-m", "agentrl.cli.main", *train_args(tmp_path, tiny_start_model),
                    "placement.rollout=[node_z]"], env, timeout=300)
     assert rc == 2, out[-2000:]
     assert "agentrl: error: placement.rollout names the Ray resource 'node_z', which no node of the cluster offers " \

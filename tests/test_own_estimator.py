@@ -94,10 +94,10 @@ def own_package(tmp_path_factory):
     return root
 
 
-def run_cli(args, pythonpath: Path) -> subprocess.CompletedProcess:
+def run_cli(args, pythonpath: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
                                                             "LOCAL_RANK")}
-    env.update(RAY_USAGE_STATS_ENABLED="0", WANDB_SILENT="true", OMP_NUM_THREADS="1",
+    env.update(RAY_USAGE_STATS_ENABLED="0", WANDB_SILENT="true", OMP_NUM_THREADS="1", **(extra_env or {}),
                PYTHONPATH=os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     return subprocess.run([sys.executable, "-m", "agentrl.cli.main", *args], env=env, capture_output=True, text=True,
                           timeout=900)
@@ -126,7 +126,9 @@ def test_config_shows_an_own_estimators_parameters(own_package):
 
 
 @pytest.mark.slow
-def test_train_one_iteration_with_an_estimator_from_outside_the_package(tmp_path, own_package):
+def test_train_one_iteration_with_an_estimator_from_outside_the_package(tmp_path, own_package, ray_head):
+    """The estimator runs in the driver (one learner rank, in the driver too); the rollout workers,
+    on the session's Ray head, never import the user's module."""
     cfg = load_config("textcraft_grpo_tiny", TINY)
     start = prepare_initial_model(cfg.model, cfg.tokenizer, tmp_path / "init", corpus=corpus_builder(cfg), seed=0)
     out = tmp_path / "runs"
@@ -138,7 +140,7 @@ def test_train_one_iteration_with_an_estimator_from_outside_the_package(tmp_path
                     "rollout.invalid_action_penalty=0.1", "learner.skip_zero_advantage=false",
                     "logging.wandb.mode=disabled", "logging.tensorboard=false",
                     "algorithm.estimator=my_estimators.others:MeanOfOthers", "algorithm.params.scale=2"],
-                   own_package)
+                   own_package, extra_env=ray_head)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     run = out / "own"
     record = next(r for r in read_metrics(run / "metrics.jsonl") if r.get("step") == 1 and "learner/loss" in r)

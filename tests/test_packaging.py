@@ -146,3 +146,15 @@ def test_qwen15b_architecture_is_known_for_random_init():
     from agentrl.models.architectures import QWEN25_ARCHITECTURES
 
     assert "Qwen/Qwen2.5-1.5B-Instruct" in QWEN25_ARCHITECTURES
+
+
+def test_ci_runs_the_readme_test_command_with_durations():
+    """.ci/run calls exactly the README's test command (the one docs/quickstart.md repeats), which
+    shows the slowest tests (`--durations`)."""
+    readme = re.search(r"# 2\. set up \./\.venv and run the test suite.*\n(.*)\n", (ROOT / "README.md").read_text())
+    command = readme.group(1).strip()
+    assert "--durations=" in command and command.endswith(" tests"), command
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-1] == command, (ci[-1], command)
+    assert command in (ROOT / "docs" / "quickstart.md").read_text()

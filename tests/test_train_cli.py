@@ -1,78 +1,36 @@
 """`agentrl train` end to end through the real CLI: Ray rollout workers and env pool actors,
-DeepSpeed with 2 learner ranks, tracking, checkpoints, and a run killed after iteration 1 and
-resumed, which must reproduce the uninterrupted run's iteration-2 loss."""
+DeepSpeed with 2 learner ranks, the weights broadcast to the rollout worker, tracking, checkpoints,
+and a run killed after iteration 1 and resumed, which must reproduce the uninterrupted run's
+iteration-2 loss. The runs join the session's Ray head (tests/conftest.py::ray_head)."""
 
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentrl.config import load_config
-from agentrl.models import prepare_initial_model
 from agentrl.runs.tracking import read_metrics
-from agentrl.warmstart.starting_policy import corpus_builder
+from cli_train import TINY, iteration_losses, kill_after_first_checkpoint, run_cli, train_args  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.intermediate_size=128",
-        "model.tiny.num_heads=4", "model.tiny.num_kv_heads=2", "tokenizer.vocab_size=600", "tokenizer.corpus_tasks=40"]
-
 
 @pytest.fixture(scope="module")
-def start_model(tmp_path_factory):
-    cfg = load_config("textcraft_gigpo_tiny", TINY)
-    path = tmp_path_factory.mktemp("policy") / "init"
-    return prepare_initial_model(cfg.model, cfg.tokenizer, path, corpus=corpus_builder(cfg), seed=0)
+def start_model(tiny_start_model):
+    """The session's tiny starting policy (tests/test_async_training.py imports this fixture)."""
+    return tiny_start_model
 
 
-def train_args(out: Path, start_model: str, iterations: int = 2) -> list[str]:
-    return ["train", "recipe=textcraft_gigpo_tiny", *TINY, f"trainer.output_dir={out}", "trainer.run_name=run",
-            f"trainer.init_checkpoint={start_model}", f"trainer.iterations={iterations}", "trainer.save_every=1",
-            "trainer.eval_every=2", "trainer.eval_before_train=false", "eval.num_tasks=2",
-            "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=4", "rollout.max_response_tokens=8",
-            "learner.num_ranks=2", "learner.zero_stage=2", "learner.mini_batch_size=8", "learner.micro_batch_size=4",
-            "learner.lr=1e-3", "learner.kl_coef=0.01", "learner.entropy_coef=0.01",
-            "logging.wandb.mode=offline", "logging.progress_bar=true",
-            # a random policy never wins and every step gets the same invalid-action penalty, so the
-            # advantages are 0: the entropy bonus is what moves the weights in every update
-            "rollout.invalid_action_penalty=0.1", "learner.skip_zero_advantage=false"]
-
-
-def run_cli(args: list[str], **kwargs) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}  # no inherited rendezvous
-    env.update(RAY_USAGE_STATS_ENABLED="0", WANDB_SILENT="true", OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "agentrl.cli.main", *args], env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
-
-
-def kill_after_first_checkpoint(proc: subprocess.Popen, run_dir: Path) -> None:
-    """SIGKILL a training run (its whole process group) as soon as its first checkpoint is complete."""
-    latest = run_dir / "checkpoints" / "latest"
-    deadline = time.time() + 600
-    while not latest.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert latest.exists(), "the first checkpoint never appeared"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-
-
-def iteration_losses(run_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["learner/loss"] for r in read_metrics(run_dir / "metrics.jsonl") if "learner/loss" in r}
-
-
-def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
-    # the uninterrupted run
-    proc = run_cli(train_args(tmp_path / "full", start_model))
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, out[-3000:]
-    run_dir = tmp_path / "full" / "run"
+def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model, two_rank_run, ray_head):
+    """The uninterrupted run (tests/conftest.py::two_rank_run) syncs with rollout.weight_sync=broadcast:
+    the learner's rank 0 (a Ray actor here) and the rollout worker form a group of their own (gloo on
+    CPU, NCCL on GPUs); iteration 2 samples with the weights it broadcast after iteration 1, so the
+    rollout's log-probs are the learner's. The killed and resumed run syncs the default way (packed
+    buckets through Ray's object store) and must give the same iteration-2 loss."""
+    out = two_rank_run.output
+    assert two_rank_run.returncode == 0, out[-3000:]
+    run_dir = two_rank_run.run_dir
     records = read_metrics(run_dir / "metrics.jsonl")
     losses = iteration_losses(run_dir)
     assert sorted(losses) == [1, 2] and all(math.isfinite(v) for v in losses.values())
@@ -82,9 +40,10 @@ def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
                 "time/rollout_generate_s", "time/rollout_env_s", "rollout/generated_tokens"):
         assert key in iteration_2, key
     assert any("val/success_rate" in r for r in records)
-    # iteration 2 sampled with the weights synced after iteration 1's update: the rollout backend's
+    # iteration 2 sampled with the weights broadcast after iteration 1's update: the rollout backend's
     # log-probs of its tokens match the learner's (both fp32 on CPU)
     assert iteration_2["learner/rollout_logprob_gap_max"] < 1e-3
+    assert iteration_2["time/sync_s"] > 0
     assert "iter 2/2" in out  # progress line
     assert "checkpoint after iteration 2 written in" in out and "final model exported in" in out
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
@@ -102,13 +61,18 @@ def test_train_two_ranks_then_kill_and_resume(tmp_path, start_model):
     assert all(torch.equal(exported[k], after[k]) for k in after)
 
     # the same run, killed once its iteration-1 checkpoint is complete, then resumed
-    kill_after_first_checkpoint(run_cli(train_args(tmp_path / "killed", start_model)), tmp_path / "killed" / "run")
-    resumed = run_cli(train_args(tmp_path / "killed", start_model))
+    kill_after_first_checkpoint(run_cli(train_args(tmp_path / "killed", start_model), extra_env=ray_head),
+                                tmp_path / "killed" / "run")
+    resumed = run_cli(train_args(tmp_path / "killed", start_model), extra_env=ray_head)
     out, _ = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, out[-3000:]
     assert "resumed run after iteration 1" in out
     resumed_losses = iteration_losses(tmp_path / "killed" / "run")
     assert resumed_losses[2] == pytest.approx(losses[2], rel=1e-5, abs=1e-7)
+    # the default sync also gave iteration 2's rollout the learner's weights
+    resumed_2 = next(r for r in read_metrics(tmp_path / "killed" / "run" / "metrics.jsonl")
+                     if r.get("step") == 2 and "learner/loss" in r)
+    assert resumed_2["learner/rollout_logprob_gap_max"] < 1e-3
 
 
 def test_resume_never_refuses_to_overwrite_a_run_with_checkpoints(tmp_path):
@@ -128,17 +92,3 @@ def test_gpu_recipe_without_gpu_is_refused_before_anything_is_written(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "needs GPUs" in out and "*_tiny" in out
     assert list(tmp_path.iterdir()) == []
-
-
-def test_two_ranks_broadcast_their_weights_to_the_rollout_workers(tmp_path, start_model):
-    """rollout.weight_sync=broadcast: the learner's rank 0 (a Ray actor here) and the rollout worker
-    form a group of their own (gloo on CPU, NCCL on GPUs); iteration 2 samples with the weights it
-    broadcast after iteration 1, so the rollout's log-probs are the learner's."""
-    args = [a for a in train_args(tmp_path / "out", start_model) if not a.startswith("trainer.save_every")]
-    proc = run_cli([*args, "rollout.weight_sync=broadcast", "trainer.save_every=0"])
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, out[-3000:]
-    records = read_metrics(tmp_path / "out" / "run" / "metrics.jsonl")
-    iteration_2 = next(r for r in records if r.get("step") == 2 and "learner/loss" in r)
-    assert iteration_2["learner/rollout_logprob_gap_max"] < 1e-3
-    assert iteration_2["time/sync_s"] > 0

@@ -25,16 +25,19 @@ def tiny_policy(tmp_path_factory) -> str:
     return prepare_initial_model(cfg.model, cfg.tokenizer, out, corpus=corpus_builder(cfg), seed=0)
 
 
-def cli_env() -> dict[str, str]:
+def cli_env(extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for an `agentrl` command, ``extra_env`` on top (e.g. the session's
+    shared Ray head, tests/conftest.py::ray_head)."""
     return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1",
-            "TOKENIZERS_PARALLELISM": "false"}
+            "TOKENIZERS_PARALLELISM": "false", **(extra_env or {})}
 
 
-def run_cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agentrl.cli.main", *args], env=cli_env(), timeout=timeout,
+def run_cli(args: list[str], timeout: float = 600, extra_env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentrl.cli.main", *args], env=cli_env(extra_env), timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def popen_cli(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "agentrl.cli.main", *args], env=cli_env(), text=True,
+def popen_cli(args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "agentrl.cli.main", *args], env=cli_env(extra_env), text=True,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -13,10 +13,11 @@ EVAL_ARGS = ["split=depth2", "seeds=0,1", "eval.num_tasks=3", "eval.chunk_size=2
              "rollout.max_response_tokens=8", *TINY]
 
 
-def test_eval_writes_episodes_and_summary_then_resumes(tmp_path, tiny_policy):
+def test_eval_writes_episodes_and_summary_then_resumes(tmp_path, tiny_policy, ray_head):
+    """The rollout workers of `agentrl eval` live on the session's Ray head."""
     out = tmp_path / "eval"
     proc = run_cli(["eval", f"checkpoint={tiny_policy}", "env=textcraft", f"recipe={RECIPE}", f"out={out}",
-                    *EVAL_ARGS])
+                    *EVAL_ARGS], extra_env=ray_head)
     assert proc.returncode == 0, proc.stdout[-3000:]
     lines = (out / "episodes.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
@@ -40,7 +41,7 @@ def test_eval_writes_episodes_and_summary_then_resumes(tmp_path, tiny_policy):
     kept = lines[:4]
     (out / "episodes.jsonl").write_text("\n".join(kept) + "\n" + lines[4][: len(lines[4]) // 2])
     again = run_cli(["eval", f"checkpoint={tiny_policy}", "env=textcraft", f"recipe={RECIPE}", f"out={out}",
-                     *EVAL_ARGS])
+                     *EVAL_ARGS], extra_env=ray_head)
     assert again.returncode == 0, again.stdout[-3000:]
     assert "4 episode(s) already in" in again.stdout and "2 to play" in again.stdout
     resumed = (out / "episodes.jsonl").read_text().splitlines()
@@ -50,7 +51,7 @@ def test_eval_writes_episodes_and_summary_then_resumes(tmp_path, tiny_policy):
 
     # a third run has nothing left to play and starts no rollout workers
     third = run_cli(["eval", f"checkpoint={tiny_policy}", "env=textcraft", f"recipe={RECIPE}", f"out={out}",
-                     *EVAL_ARGS])
+                     *EVAL_ARGS], extra_env=ray_head)
     assert third.returncode == 0 and "0 to play" in third.stdout and "chunk" not in third.stdout
 
 

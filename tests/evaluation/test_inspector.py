@@ -88,16 +88,17 @@ def test_missing_batches_and_iterations_are_one_line_errors(tmp_path):
         inspect_run(tmp_path / "nothing")
 
 
-def run_cli(args: list[str]) -> subprocess.CompletedProcess:
+def run_cli(args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
-    env.update(RAY_USAGE_STATS_ENABLED="0", WANDB_SILENT="true", OMP_NUM_THREADS="1")
+    env.update(RAY_USAGE_STATS_ENABLED="0", WANDB_SILENT="true", OMP_NUM_THREADS="1", **(extra_env or {}))
     return subprocess.run([sys.executable, "-m", "agentrl.cli.main", *args], env=env, capture_output=True, text=True,
                           timeout=900)
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A real tiny BiPACE run of 2 iterations from a random-weight policy, every batch saved."""
+def tiny_run(tmp_path_factory, ray_head):
+    """A real tiny BiPACE run of 2 iterations from a random-weight policy, every batch saved (on the
+    session's Ray head)."""
     from agentrl.models import prepare_initial_model
     from agentrl.warmstart.starting_policy import corpus_builder
 
@@ -109,7 +110,8 @@ def tiny_run(tmp_path_factory):
                     "trainer.eval_before_train=false", "eval.num_tasks=4", "env.tasks_per_iteration=3",
                     "env.group_size=3", "env.max_steps=4", "rollout.max_response_tokens=8",
                     "rollout.invalid_action_penalty=0.1", "learner.skip_zero_advantage=false",
-                    "logging.save_batches=1", "logging.wandb.mode=disabled", "logging.tensorboard=false"])
+                    "logging.save_batches=1", "logging.wandb.mode=disabled", "logging.tensorboard=false"],
+                   extra_env=ray_head)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return root / "run"
 

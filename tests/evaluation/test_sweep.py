@@ -53,11 +53,12 @@ def taken_rendezvous_port(monkeypatch):
         yield
 
 
-def test_sweep_killed_and_restarted_skips_finished_cells_and_records_failures(tmp_path, tiny_policy,
+def test_sweep_killed_and_restarted_skips_finished_cells_and_records_failures(tmp_path, tiny_policy, ray_head,
                                                                               taken_rendezvous_port):
+    """The cells' `agentrl train` join the session's Ray head (the sweep passes its environment on)."""
     path = sweep_file(tmp_path, tiny_policy)
     first_cell = "textcraft_grpo_tiny-ok-seed0"
-    proc = popen_cli(["sweep", f"sweep={path}"])
+    proc = popen_cli(["sweep", f"sweep={path}"], extra_env=ray_head)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if manifest(tmp_path)["cells"].get(first_cell, {}).get("state") == "done":
@@ -71,7 +72,7 @@ def test_sweep_killed_and_restarted_skips_finished_cells_and_records_failures(tm
                             "textcraft_gigpo_tiny-ok-seed0", "textcraft_gigpo_tiny-bad-seed0"]
     assert states["textcraft_gigpo_tiny-ok-seed0"] in ("pending", "running")
 
-    restarted = run_cli(["sweep", f"sweep={path}"], timeout=400)
+    restarted = run_cli(["sweep", f"sweep={path}"], timeout=400, extra_env=ray_head)
     out = restarted.stdout
     assert restarted.returncode == 1, out[-3000:]  # some cells failed: status 1, the sweep still finished
     assert "4 cells, 1 already finished, 3 to run" in out

@@ -33,10 +33,10 @@ def test_batch_has_the_asked_rows_and_lengths_and_trains_every_row():
 
 
 def test_each_precision_runs_the_learner_and_reports_its_logprob_gap():
-    report = bench._measure(_args("--rows", "24", "--prompt-tokens", "40", "--response-tokens", "4"))
+    report = bench._measure(_args("--rows", "8", "--prompt-tokens", "16", "--response-tokens", "4"))
     meta, rows = report["meta"], report["results"]
     assert list(rows) == ["fp32", "bf16"]
-    assert meta["rows"] == 24 and meta["kl_coef"] == 0.1 and "4 layers" in meta["model"]
+    assert meta["rows"] == 8 and meta["kl_coef"] == 0.1 and "4 layers" in meta["model"]
     for row in rows.values():
         assert row["learner_pass_s"] > 0 and row["update_s"] > 0 and row["tokens_per_s"] > 0
         assert row["optimizer_steps"] == 1 and row["total_s"] == row["learner_pass_s"] + row["update_s"]

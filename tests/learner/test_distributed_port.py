@@ -85,13 +85,13 @@ def test_two_ranks_meet_at_the_store_rank_zero_reserved():
     env = {**clean_env(), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
     zero = subprocess.Popen([sys.executable, "-c", RANK], env={**env, "RANK": "0", "LOCAL_RANK": "0"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    one = None
+    # rank 1 starts (and imports torch) at once, then waits on stdin for the port
+    one = subprocess.Popen([sys.executable, "-c", RANK], env={**env, "RANK": "1", "LOCAL_RANK": "1"},
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         port = int(zero.stdout.readline())
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             assert s.connect_ex(("127.0.0.1", port)) == 0, "rank 0's store does not listen yet"
-        one = subprocess.Popen([sys.executable, "-c", RANK], env={**env, "RANK": "1", "LOCAL_RANK": "1"},
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out_one, err_one = one.communicate(f"{port}\n", timeout=300)
         out_zero, err_zero = zero.communicate(timeout=300)
     finally:

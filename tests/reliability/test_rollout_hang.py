@@ -92,12 +92,12 @@ def test_a_stopped_rollout_worker_is_reported_as_not_answering(ray_cluster, mode
             os.kill(worker_pid, signal.SIGCONT)
 
 
-def test_train_stops_with_one_line_and_a_checkpoint_when_the_env_server_hangs(tmp_path):
+def test_train_stops_with_one_line_and_a_checkpoint_when_the_env_server_hangs(tmp_path, ray_head):
     port = free_port()
     server = serve_textcraft(port)
     try:
         train, latest = train_until_first_checkpoint(tmp_path, port, "env.step_timeout_s=600",
-                                                     "rollout.hang_timeout_s=3")
+                                                     "rollout.hang_timeout_s=3", ray_env=ray_head)
         out = tmp_path / "runs"
         assert latest.exists(), "no checkpoint before the fault"
         os.killpg(server.pid, signal.SIGSTOP)          # the server and its shard processes

@@ -45,9 +45,11 @@ def serve_textcraft(port: int) -> subprocess.Popen:
     return server
 
 
-def train_until_first_checkpoint(tmp_path, port: int, *extra: str) -> tuple[subprocess.Popen, Path]:
+def train_until_first_checkpoint(tmp_path, port: int, *extra: str, ray_env: dict[str, str] | None = None
+                                 ) -> tuple[subprocess.Popen, Path]:
     """`agentrl train` of a tiny model against the env server at ``port``, 50 iterations with a
-    checkpoint after each; returns once the first checkpoint is complete (and its ``latest`` file)."""
+    checkpoint after each; returns once the first checkpoint is complete (and its ``latest`` file).
+    ``ray_env``: the Ray cluster to join (tests/conftest.py::ray_head)."""
     cfg = load_config("textcraft_grpo_tiny", TINY)
     model = prepare_initial_model(cfg.model, cfg.tokenizer, tmp_path / "init", corpus=corpus_builder(cfg))
     out = tmp_path / "runs"
@@ -57,7 +59,8 @@ def train_until_first_checkpoint(tmp_path, port: int, *extra: str) -> tuple[subp
          f"env.server_url=http://127.0.0.1:{port}", "env.tasks_per_iteration=2", "env.group_size=2",
          "env.max_steps=3", "rollout.max_response_tokens=8", "trainer.iterations=50", "trainer.save_every=1",
          "trainer.eval_before_train=false", "trainer.eval_every=0", "logging.wandb.mode=disabled", *extra],
-        env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env={**ENV, **(ray_env or {})}, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
     latest = out / "run" / "checkpoints" / "latest"
     deadline = time.time() + 400
     while not latest.exists() and time.time() < deadline and train.poll() is None:
@@ -65,11 +68,11 @@ def train_until_first_checkpoint(tmp_path, port: int, *extra: str) -> tuple[subp
     return train, latest
 
 
-def test_dead_env_server_stops_training_with_a_checkpoint(tmp_path):
+def test_dead_env_server_stops_training_with_a_checkpoint(tmp_path, ray_head):
     port = free_port()
     server = serve_textcraft(port)
     try:
-        train, latest = train_until_first_checkpoint(tmp_path, port, "rollout.max_env_failures=1")
+        train, latest = train_until_first_checkpoint(tmp_path, port, "rollout.max_env_failures=1", ray_env=ray_head)
         out = tmp_path / "runs"
         assert latest.exists(), "no checkpoint before the fault"
         os.killpg(server.pid, signal.SIGKILL)  # the env server dies for good
