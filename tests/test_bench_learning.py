@@ -2,6 +2,8 @@
 SFT and after RL, per run and per recipe."""
 
 import json
+import os
+import socket
 import subprocess
 import sys
 
@@ -17,9 +19,16 @@ TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.inte
 
 def test_bench_learning_runs_each_seed_and_writes_the_tables(tmp_path):
     out = tmp_path / "bench"
-    done = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "learning", "--json",
-                           "--recipes", "textcraft_grpo_tiny", "--seeds", "0", "--out", str(out), *TINY],
-                          capture_output=True, text=True, timeout=900)
+    # started from a process whose own learner holds its rendezvous port (a test session's in-process
+    # learner set MASTER_PORT): each run is a run of its own and must not bind that port again
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(taken.getsockname()[1]),
+               "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+        done = subprocess.run([sys.executable, "-m", "agentrl.cli.main", "bench", "learning", "--json",
+                               "--recipes", "textcraft_grpo_tiny", "--seeds", "0", "--out", str(out), *TINY],
+                              capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["meta"]["overrides"] == TINY

@@ -32,6 +32,7 @@ from typing import Any
 
 from agentrl.bench._common import cpu_name
 from agentrl.runs.tracking import read_metrics
+from agentrl.runtime.child_env import child_environment
 
 HELP = "tiny recipes trained for real, per recipe and seed: validation success after SFT and after RL, time"
 TIME_KEYS = ("time/iteration_s", "time/rollout_s", "time/learner_pass_s", "time/estimate_s", "time/update_s")
@@ -79,7 +80,7 @@ def run_one(recipe: str, seed: int, out: Path, overrides: list[str], init_checkp
            "logging.wandb.mode=disabled", *overrides]
     if init_checkpoint:
         cmd.append(f"trainer.init_checkpoint={init_checkpoint}")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = child_environment()     # a run of its own: not the rendezvous of a learner in this process
     load_before = os.getloadavg()
     start = time.time()
     log_path = out / f"{name}.log"
