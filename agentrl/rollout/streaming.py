@@ -222,6 +222,12 @@ class StreamingRollout(RolloutSource):
         return Taken(batch.result, metrics)
 
     def busy(self) -> bool:
+        """Whether a worker still plays (or holds unstarted) groups. The groups finished since the last
+        take are collected first, without waiting: else a group finished while the learner updates
+        counts as playing until the next take, and the learner never borrows the rollout's cores
+        (measured: a one-thread learner bound every async iteration, 1.03x sync)."""
+        if self.in_flight:
+            self.collect(0.0, raise_errors=False)
         return bool(self.in_flight)
 
     def save(self, directory: Path) -> None:

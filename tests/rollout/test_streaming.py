@@ -7,6 +7,7 @@ groups in flight played again."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -54,6 +55,13 @@ def test_groups_stream_up_to_the_bound_stale_ones_are_replaced_and_a_checkpoint_
         assert stream.start(0, None) is None
         # (1 + max_staleness) iterations' groups handed out, spread over the two workers
         assert sorted(stream.in_flight) == [0, 1, 2, 3] and sorted(stream.in_flight.values()) == [0, 0, 1, 1]
+        # at the bound the workers finish and idle: the stream says so (the learner then borrows their
+        # cores), with the finished groups collected
+        deadline = time.monotonic() + 120
+        while stream.busy():
+            assert time.monotonic() < deadline, f"the stream stayed busy with groups {sorted(stream.in_flight)}"
+            time.sleep(0.05)
+        assert not stream.in_flight and len(stream.buffer) == 4
         first = stream.next_batch(1)
         ids = sorted(set(first.result.batch.group_id.tolist()))
         assert len(ids) == 2 and set(ids) <= {0, 1, 2, 3}
