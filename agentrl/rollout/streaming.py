@@ -226,8 +226,12 @@ class StreamingRollout(RolloutSource):
         take are collected first, without waiting: else a group finished while the learner updates
         counts as playing until the next take, and the learner never borrows the rollout's cores
         (measured: a one-thread learner bound every async iteration, 1.03x sync)."""
-        if self.in_flight:
-            self.collect(0.0, raise_errors=False)
+        import ray
+
+        if self.in_flight and self.serving:
+            ended, _ = ray.wait(self.serving, num_returns=len(self.serving), timeout=0)
+            if not ended:       # a serve call that ended (an error) is next_batch's to raise, not this
+                self.collect(0.0, raise_errors=False)
         return bool(self.in_flight)
 
     def save(self, directory: Path) -> None:
