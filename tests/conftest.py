@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from process_sessions import kill_sessions
+
 
 @pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
@@ -70,25 +72,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _kill_session(sid: int) -> None:
-    """SIGKILL every process of session ``sid`` (the daemons one `ray start` left behind)."""
-    import psutil
-
-    victims = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getsid(proc.pid) == sid:
-                victims.append(proc)
-        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-            continue
-    for proc in victims:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(victims, timeout=30)
-
-
 @pytest.fixture(scope="session")
 def ray_head():
     """One Ray head node (`ray start --head`) for the whole test session: the environment (RAY_ADDRESS
@@ -118,7 +101,7 @@ def ray_head():
         yield {"RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_AUTH_MODE": "token",
                "RAY_AUTH_TOKEN_PATH": str(home / "token")}
     finally:
-        _kill_session(proc.pid)
+        kill_sessions([proc.pid])
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -21,8 +21,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import psutil
 import pytest
+
+from process_sessions import kill_sessions
 
 pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).parent / "ray")
@@ -65,19 +66,7 @@ class DeclaredGpuCluster:
         self.sessions.append(proc.pid)
 
     def stop(self) -> None:
-        victims = []
-        for proc in psutil.process_iter(["pid"]):
-            try:
-                if os.getsid(proc.pid) in self.sessions:
-                    victims.append(proc)
-            except (ProcessLookupError, PermissionError):
-                continue
-        for proc in victims:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(victims, timeout=10)
+        kill_sessions(self.sessions, timeout=10)
 
     def run(self, *args: str, timeout: float = 240) -> tuple[int, str]:
         env = {**self.env, "RAY_ADDRESS": self.address}

@@ -68,12 +68,15 @@ def train_until_first_checkpoint(tmp_path, port: int, *extra: str, ray_env: dict
     return train, latest
 
 
-def test_dead_env_server_stops_training_with_a_checkpoint(tmp_path, ray_head):
+def train_until_the_env_server_dies(tmp_path, *extra: str, ray_env: dict[str, str] | None = None
+                                    ) -> tuple[str, Path, Path]:
+    """A training run against a standalone env server that is killed for good once the first
+    checkpoint is complete; it must stop with exit code 2. The run's output, its checkpoints folder and its newest
+    checkpoint. The stop must be one line, never a traceback."""
     port = free_port()
     server = serve_textcraft(port)
     try:
-        train, latest = train_until_first_checkpoint(tmp_path, port, "rollout.max_env_failures=1", ray_env=ray_head)
-        out = tmp_path / "runs"
+        train, latest = train_until_first_checkpoint(tmp_path, port, *extra, ray_env=ray_env)
         assert latest.exists(), "no checkpoint before the fault"
         os.killpg(server.pid, signal.SIGKILL)  # the env server dies for good
         log, _ = train.communicate(timeout=400)
@@ -84,7 +87,12 @@ def test_dead_env_server_stops_training_with_a_checkpoint(tmp_path, ray_head):
     last_line = log.strip().splitlines()[-1]
     assert last_line.startswith("agentrl: error: training stopped in iteration") and "resume" in last_line
     assert "Traceback" not in log
-    checkpoints = out / "run" / "checkpoints"
-    newest = checkpoints / latest.read_text().strip()
+    checkpoints = tmp_path / "runs" / "run" / "checkpoints"
+    return log, checkpoints, checkpoints / latest.read_text().strip()
+
+
+def test_dead_env_server_stops_training_with_a_checkpoint(tmp_path, ray_head):
+    log, checkpoints, newest = train_until_the_env_server_dies(tmp_path, "rollout.max_env_failures=1",
+                                                                ray_env=ray_head)
     assert (newest / "trainer_state.json").is_file() and (newest / "learner").is_dir()
     assert not list(checkpoints.glob("*.partial"))
