@@ -105,8 +105,9 @@ class VllmConfig:
                          "engine frees its GPU memory for the learner; 1 = weights to host memory and KV cache "
                          "freed, 2 = both freed (the sync reloads the weights); 0 = never (docs/rollout.md, "
                          "'Rollout and learner on one GPU')", choices=(0, 1, 2))
-    model_runner: str = F("auto", "vLLM's model runner: auto = vLLM's choice (V2 on CUDA from 0.29), v1 or v2 "
-                          "(VLLM_USE_V2_MODEL_RUNNER; seeded samples differ between them)",
+    model_runner: str = F("auto", "vLLM's model runner: auto = vLLM's choice (V2 on CUDA for non-MoE models, "
+                          "Qwen2 included, from 0.26), v1 or v2 (VLLM_USE_V2_MODEL_RUNNER; seeded samples differ "
+                          "between them)",
                           choices=("auto", "v1", "v2"))
 
 

@@ -28,7 +28,7 @@ from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
 from agentrl.weights.transfer import (BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast, as_buckets,
-                                             device_uuid, open_ipc_handles, unpack_weights)
+                                             device_uuid, unpack_weights)
 
 WORKER_SEED_STRIDE = 7919
 
@@ -210,20 +210,18 @@ class RolloutWorker:
         loaded at the next step boundary."""
         self._take_weights(unpack_weights(buckets), version)
 
-    def load_weights_ipc(self, weights: IpcWeights, version: int | None = None) -> None:
-        """Load weights that stay on the learner's GPU (CUDA IPC handles): the backend copies them
-        device to device, then the handles are dropped. Only between rollouts (trainer.mode=sync):
-        the learner reuses the memory behind the handles after this call returns."""
-        state = open_ipc_handles(weights)
+    def load_weights_ipc(self, weights: Sequence[IpcWeights], version: int | None = None) -> None:
+        """Load weights that stay on the learner's GPUs (CUDA IPC handles, one set per learner GPU): the
+        backend copies them device to device, each GPU of the engine from the learner rank on it. Only
+        between rollouts (trainer.mode=sync): the learner reuses the memory behind the handles after
+        this call returns."""
         with self._weights_lock:
             if self._rolling_out:
                 raise RuntimeError("CUDA IPC weights cannot wait for a step boundary; use rollout.weight_sync=broadcast "
                                    "with trainer.mode one_step_off or async")
-            self.backend.load_weights(state)
-            torch.cuda.synchronize()
+            self.backend.load_weights_ipc(list(weights))
             if version is not None:
                 self.engine.policy_version = int(version)
-        del state
 
     def join_weight_broadcast(self, host: str, port: int, rank: int, world_size: int) -> None:
         """Join the weight-broadcast group as ``rank`` (the learner's rank 0 is rank 0)."""
@@ -318,9 +316,11 @@ class RolloutWorker:
             self._stopped_session = max(self._stopped_session, int(session))
             self._stream.notify_all()
 
-    def gpu_uuid(self) -> str | None:
-        """The UUID of the GPU this worker's backend runs on (None on CPU)."""
-        return device_uuid() if torch.cuda.is_available() else None
+    def gpu_uuids(self) -> list[str]:
+        """The GPUs this worker's engine runs on (all it sees: its tensor-parallel ranks'; none on CPU)."""
+        if self.device.startswith("cuda") and torch.cuda.is_available():
+            return [device_uuid(i) for i in range(torch.cuda.device_count())]
+        return []
 
     def sleep(self) -> float:
         """Free the backend's accelerator memory until the next weight load (``rollout.vllm.sleep_level``)."""
@@ -447,7 +447,8 @@ class RolloutWorkerGroup:
                  for w in self.workers])
 
     def load_weights_ipc(self, weights, version: int | None = None) -> None:
-        """Load the learner's weights through CUDA IPC handles (every worker on the learner's GPU)."""
+        """Load the learner's weights through CUDA IPC handles (one set per learner GPU; every engine GPU
+        holds a learner rank)."""
         import ray
 
         ray.get([w.load_weights_ipc.options(concurrency_group=WEIGHTS_GROUP).remote(weights, version=version)
@@ -496,10 +497,11 @@ class RolloutWorkerGroup:
         for w in self.workers:
             w.stop_serving.options(concurrency_group=STREAM_GROUP).remote(session)
 
-    def gpu_uuids(self) -> list[str | None]:
+    def gpu_uuids(self) -> list[str]:
+        """Every GPU the engines run on (each engine's tensor-parallel GPUs; empty on CPU)."""
         import ray
 
-        return ray.get([w.gpu_uuid.remote() for w in self.workers])
+        return [uuid for uuids in ray.get([w.gpu_uuids.remote() for w in self.workers]) for uuid in uuids]
 
     def sleep(self) -> float:
         """Every worker's backend frees its accelerator memory for the learner's passes (vLLM with
