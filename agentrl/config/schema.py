@@ -85,8 +85,11 @@ class EnvConfig:
     reward: str = F("success", "step reward: success = success_reward when the episode is won (verl-agent), "
                     "env = the environment's own reward", choices=("success", "env"))
     success_reward: float = F(10.0, "reward at the winning step when env.reward=success", gt=0)
-    server_url: Optional[str] = F(None, "an `agentrl envs serve` server (http://host:port) to use instead of "
-                                  "starting env pool actors in the Ray cluster")
+    server_url: Optional[str] = F(None, "`agentrl envs serve` servers to use instead of starting env pool actors in "
+                                  "the Ray cluster: http://host:port, several separated by commas (each may end in "
+                                  "max=N: use at most N of its instances), or @file listing one per line; with "
+                                  "several, instances are spread over them and moved off a server that dies "
+                                  "(docs/environments.md, 'Several env servers')")
     num_servers: int = F(1, "env pool server processes (the env steps of one iteration are spread over them)", min=1)
     step_timeout_s: float = F(60.0, "per-call timeout for env reset/step batches", gt=0)
     reset_timeout_s: float = F(10.0, "extra seconds a reset batch may take per instance one env server resets "

@@ -85,8 +85,9 @@ class RolloutWorker:
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, env_source: Any, instance_ids: Sequence[int], *,
                  backend: str = "torch", device: str = "cpu", dtype: str = "float32", seed: int = 0,
                  torch_threads: int | None = None, num_workers: int = 1, stop_strings: Sequence[str] = (),
-                 hidden_layer: int | None = None):
+                 hidden_layer: int | None = None, spare_instance_ids: Sequence[int] = ()):
         from agentrl.envs.server import EnvClient
+        from agentrl.envs.server.servers import connect_env_servers
         from agentrl.models import load_tokenizer, resolve_dtype
         from agentrl.rollout.backends import make_backend
 
@@ -106,8 +107,9 @@ class RolloutWorker:
         if hidden_layer is not None:
             self.backend.record_hidden(hidden_layer)
         if isinstance(env_source, str):
-            self.client = EnvClient.http(env_source, timeout=env_cfg.step_timeout_s)
-            self.env_text = f"the env server at {env_source}"
+            self.client = connect_env_servers(env_source, env_cfg.step_timeout_s, spare_instance_ids)
+            self.env_text = (self.client.describe() if hasattr(self.client, "describe")
+                             else f"the env server at {env_source}")
         else:
             self.client = EnvClient.ray_actors(list(env_source), timeout=env_cfg.step_timeout_s)
             self.env_text = f"{len(env_source)} Ray env pool actor(s) of {env_cfg.name}"
@@ -172,8 +174,14 @@ class RolloutWorker:
                 self._load_staged_locked()
             self.engine.mark("idle")
         result.stats["idle_before_s"] = started - self._last_finished if self._last_finished is not None else 0.0
+        result.stats.update(self._env_server_stats())
         self._last_finished = time.perf_counter()
         return result
+
+    def _env_server_stats(self) -> dict[str, float]:
+        """Each env server's failures and moved instances since the last call (several servers only)."""
+        stats = getattr(self.client, "server_stats", None)
+        return stats() if stats is not None else {}
 
     # ----- weights: loaded now when idle, else staged for the next step boundary -------------------
     def _take_weights(self, state: Mapping[str, torch.Tensor], version: int | None) -> None:
@@ -274,7 +282,7 @@ class RolloutWorker:
                             self._load_staged_locked()
                         self.engine.mark("idle")
                 if finished:
-                    stats = pool.drain_stats()
+                    stats = {**pool.drain_stats(), **self._env_server_stats()}
                     finished[0].stats = {**stats, **finished[0].stats}
                     with self._stream:
                         self._outbox.extend((session, result) for result in finished)
@@ -362,6 +370,7 @@ class RolloutWorkerGroup:
         import ray
 
         from agentrl.envs.server.ray_pool import launch_ray_shards
+        from agentrl.envs.server.servers import spares_per_worker
         from agentrl.models import load_tokenizer, stop_token_ids
 
         self.rollout_cfg, self.env_cfg = rollout_cfg, env_cfg
@@ -370,8 +379,10 @@ class RolloutWorkerGroup:
         if self.num_envs < self.num_workers:
             raise ValueError(f"{self.num_envs} env instances cannot be split over {self.num_workers} workers")
         self._owned_actors: list[Any] = []
+        spares: list[list[int]] = [[] for _ in range(self.num_workers)]
         if env_url is not None:
             env_source: Any = env_url
+            spares = spares_per_worker(env_url, self.num_envs, self.num_workers, env_cfg.step_timeout_s)
         elif env_actors is not None:
             env_source = list(env_actors)
         else:
@@ -398,7 +409,7 @@ class RolloutWorkerGroup:
                                            seed=i, torch_threads=torch_threads,
                                            num_workers=thread_shares or self.num_workers,
                                            stop_strings=stop_strings,
-                                           hidden_layer=hidden_layer)
+                                           hidden_layer=hidden_layer, spare_instance_ids=spares[i])
                         for i, (lo, hi) in enumerate(self.instance_ranges)]
         ray.get([w.ready.remote() for w in self.workers])
         self.serve_sessions = 0     # serve_groups calls so far (each a session the workers can be told to stop)
