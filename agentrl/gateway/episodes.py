@@ -1,0 +1,163 @@
+"""Episodes of agents behind the gateway: each holds its key, its budget, and one recorded step per chat
+call (what the learner trains on), and the batcher that puts many agents' calls into one engine call.
+
+A step is the call's prompt ids (token-in/token-out: :mod:`agentrl.gateway.conversation`), the ids the
+engine sampled and their log-probs, the policy version that sampled them, the request's messages, and
+its anchor state: the observation that the step-level estimators group steps by (the last user or
+tool message, or the ``agentrl.anchor`` the agent sends with the request).
+"""
+
+from __future__ import annotations
+
+import queue
+import secrets
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from agentrl.gateway.conversation import SampledReply
+from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+
+
+@dataclass
+class GatewayStep:
+    """One chat call of an episode."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    policy_version: int
+    anchor: str
+    messages: list[dict[str, Any]]
+    tokenized: list[bool]                  # per message: tokenized here (not the sampled ids)
+    token_in_token_out: bool
+    finish_reason: str                     # stop, length or tool_calls
+    invalid_tool_calls: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class GatewayEpisode:
+    """What one agent run did through its key."""
+
+    key: str
+    label: str = ""
+    max_calls: int | None = None           # calls beyond this are refused (the episode fails)
+    max_tokens: int | None = None          # prompt + generated tokens of one call beyond this are refused
+    steps: list[GatewayStep] = field(default_factory=list)
+    sampled: list[SampledReply] = field(default_factory=list)
+    failure: str | None = None             # why the episode is failed (a budget, a malformed request, ...)
+    closed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def fail(self, reason: str) -> None:
+        if self.failure is None:
+            self.failure = reason
+
+
+class EpisodeRegistry:
+    """Episode keys handed to agents (``Authorization: Bearer <key>``), looked up per call."""
+
+    def __init__(self) -> None:
+        self._episodes: dict[str, GatewayEpisode] = {}
+        self._lock = threading.Lock()
+
+    def open(self, label: str = "", max_calls: int | None = None, max_tokens: int | None = None) -> GatewayEpisode:
+        episode = GatewayEpisode("ep-" + secrets.token_urlsafe(18), label, max_calls, max_tokens)
+        with self._lock:
+            self._episodes[episode.key] = episode
+        return episode
+
+    def get(self, key: str) -> GatewayEpisode | None:
+        with self._lock:
+            return self._episodes.get(key)
+
+    def close(self, key: str) -> GatewayEpisode:
+        """The episode, no longer accepting calls (a call still running finishes and is recorded)."""
+        with self._lock:
+            episode = self._episodes.pop(key)
+        episode.closed = True
+        return episode
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._episodes)
+
+
+def anchor_of(messages: Sequence[dict[str, Any]], given: Any = None) -> str:
+    """The step's anchor state: ``given`` (the agent's ``agentrl.anchor``), else the last user or tool
+    message's text."""
+    if isinstance(given, str) and given:
+        return given
+    for message in reversed(messages):
+        if message.get("role") in ("user", "tool"):
+            return message.get("content") or ""
+    return ""
+
+
+class Batcher:
+    """Generation calls of many requests put together: requests that arrive within ``wait_s`` of each
+    other (at most ``max_batch``) and sample alike go into one ``backend.generate`` call, on a thread
+    of their own (the backend is not thread-safe)."""
+
+    def __init__(self, backend: GenerationBackend, max_batch: int = 64, wait_s: float = 0.005, seed: int = 0):
+        self.backend, self.max_batch, self.wait_s = backend, int(max_batch), float(wait_s)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.calls = 0          # engine calls so far
+        self.next_seed = int(seed)
+        self.requests = 0       # requests they served
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="gateway-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt_ids: list[int], sampling: SamplingParams, seeded: bool = False) -> Future:
+        """A request's generation, as a future. Unless ``seeded`` (the request named its seed) its seed is
+        the batcher's: requests of one engine call sample with consecutive seeds, as the rollout's do."""
+        future: Future = Future()
+        self._queue.put((prompt_ids, sampling, seeded, future))
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            deadline = time.monotonic() + self.wait_s
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)
+                    break
+                batch.append(item)
+            groups: dict[tuple[SamplingParams, bool], list[tuple[list[int], Future]]] = {}
+            for prompt_ids, sampling, seeded, future in batch:
+                groups.setdefault((sampling if seeded else sampling.with_seed(0), seeded), []).append(
+                    (prompt_ids, future))
+            for (sampling, seeded), members in groups.items():
+                if not seeded:
+                    sampling = sampling.with_seed(self.next_seed)
+                    self.next_seed += len(members)
+                try:
+                    generations = self.backend.generate([p for p, _ in members], sampling)
+                except Exception as err:  # noqa: BLE001 - handed to each waiting request
+                    for _, future in members:
+                        future.set_exception(err)
+                    continue
+                self.calls += 1
+                self.requests += len(members)
+                for (_, future), generation in zip(members, generations):
+                    future.set_result(generation)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+
+
+__all__ = ["Batcher", "EpisodeRegistry", "GatewayEpisode", "GatewayStep", "anchor_of"]

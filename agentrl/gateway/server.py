@@ -1,0 +1,304 @@
+"""The gateway's HTTP side: ``/v1/chat/completions`` (streaming or not) and ``/v1/models``, OpenAI's wire
+format, on Starlette/uvicorn (the env server's stack).
+
+    gateway = Gateway(backend, tokenizer, model_name="agentrl-policy")
+    gateway.start_background()
+    episode = gateway.open_episode()                 # episode.key: the agent's API key
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=episode.key)
+    ... the agent runs ...
+    steps = gateway.close_episode(episode.key).steps
+
+Supported request fields: ``messages`` (string content or text parts), ``tools`` and ``tool_choice``
+(``auto``, ``none``; ``required`` or a named function is accepted and only listed, the model is not
+constrained), ``temperature``, ``top_p``, ``max_tokens`` / ``max_completion_tokens``, ``stop``,
+``seed``, ``logprobs`` (``top_logprobs`` only 0), ``stream`` (and ``stream_options.include_usage``),
+``n`` = 1, and agentrl's own ``agentrl: {"anchor": ...}`` (the OpenAI client's ``extra_body``).
+Anything malformed is a 400 in OpenAI's error shape (``{"error": {"message", "type", "code"}}``)
+and fails the episode; an unknown key is a 401; a call over the episode's budget a 400 with code
+``budget_exceeded``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from agentrl.gateway.conversation import ConversationRenderer, SampledReply
+from agentrl.gateway.episodes import Batcher, EpisodeRegistry, GatewayEpisode, GatewayStep, anchor_of
+from agentrl.gateway.tools import calls_key, parse_tool_calls
+from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+
+ROLES = ("system", "user", "assistant", "tool")
+MAX_STOP_STRINGS = 4
+
+
+class RequestError(ValueError):
+    """A request refused as a whole: its status, OpenAI error type and code."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "invalid_request", kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.code, self.kind = status, code, kind
+
+
+def _error(err: RequestError) -> Response:
+    body = {"error": {"message": str(err), "type": err.kind, "code": err.code, "param": None}}
+    return Response(orjson.dumps(body), err.status, media_type="application/json")
+
+
+def _text(content: Any, where: str) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                                         for p in content):
+        return "".join(p["text"] for p in content)
+    raise RequestError(f"{where}.content must be a string or a list of text parts ({{\"type\": \"text\", \"text\": ...}})")
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list of {role, content} objects")
+    out = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise RequestError(f"{where} needs a role among {', '.join(ROLES)}")
+        clean = {"role": message["role"], "content": _text(message.get("content"), where)}
+        if message.get("tool_calls"):
+            calls = message["tool_calls"]
+            if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                                      for c in calls):
+                raise RequestError(f"{where}.tool_calls must be a list of {{\"function\": {{\"name\", \"arguments\"}}}}")
+            clean["tool_calls"] = calls
+        if message["role"] == "tool":
+            clean["tool_call_id"] = message.get("tool_call_id")
+        out.append(clean)
+    return out
+
+
+def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise RequestError(f"{key} must be a number in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
+class Gateway:
+    """An OpenAI-compatible endpoint over ``backend`` (module docstring). ``policy_version`` is stamped on
+    every step; the trainer sets it after each weight sync."""
+
+    def __init__(self, backend: GenerationBackend, tokenizer: Any, *, model_name: str = "agentrl-policy",
+                 host: str = "127.0.0.1", port: int = 0, max_model_len: int = 4096, default_max_tokens: int = 256,
+                 stop_token_ids: tuple[int, ...] = (), max_batch: int = 64, batch_wait_s: float = 0.005, seed: int = 0):
+        self.tokenizer, self.model_name = tokenizer, model_name
+        self.renderer = ConversationRenderer(tokenizer)
+        self.episodes = EpisodeRegistry()
+        self.batcher = Batcher(backend, max_batch, batch_wait_s, seed)
+        self.max_model_len, self.default_max_tokens = int(max_model_len), int(default_max_tokens)
+        self.stop_token_ids = tuple(stop_token_ids) or tuple(
+            i for i in (tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id) if isinstance(i, int))
+        self.policy_version = 0
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server((host, port), family=family, backlog=256)
+        self.host, self.port = host, self.socket.getsockname()[1]
+        self.app = Starlette(routes=[Route("/v1/models", self._models, methods=["GET"]),
+                                     Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                                     Route("/health", self._health, methods=["GET"])])
+        self._uvicorn = uvicorn.Server(uvicorn.Config(self.app, lifespan="off", log_config=None, log_level="error",
+                                                      access_log=False, server_header=False, date_header=False))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    # ----- episodes ------------------------------------------------------------------------------
+    def open_episode(self, label: str = "", max_calls: int | None = None, max_tokens: int | None = None
+                     ) -> GatewayEpisode:
+        return self.episodes.open(label, max_calls, max_tokens)
+
+    def close_episode(self, key: str) -> GatewayEpisode:
+        return self.episodes.close(key)
+
+    # ----- routes --------------------------------------------------------------------------------
+    async def _health(self, request: Request) -> Response:
+        return Response(b'{"ok":true}', 200, media_type="application/json")
+
+    async def _models(self, request: Request) -> Response:
+        body = {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
+                                            "owned_by": "agentrl"}]}
+        return Response(orjson.dumps(body), 200, media_type="application/json")
+
+    def _episode(self, request: Request) -> GatewayEpisode:
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        episode = self.episodes.get(key) if key else None
+        if episode is None:
+            raise RequestError("unknown or missing API key: each episode's agent gets its own key from the trainer "
+                               "(Authorization: Bearer <key>)", 401, "invalid_api_key", "authentication_error")
+        return episode
+
+    async def _chat(self, request: Request) -> Response:
+        episode = None
+        try:
+            episode = self._episode(request)
+            try:
+                body = orjson.loads(await request.body())
+            except orjson.JSONDecodeError as err:
+                raise RequestError(f"the body is not JSON: {err}") from err
+            if not isinstance(body, dict):
+                raise RequestError("the body must be a JSON object")
+            return await self._complete(episode, body)
+        except RequestError as err:
+            if episode is not None and err.status != 401:
+                episode.fail(f"{err.code}: {err}")
+            return _error(err)
+
+    def _sampling(self, body: dict[str, Any], prompt_len: int, episode: GatewayEpisode) -> tuple[SamplingParams, bool]:
+        if body.get("n", 1) != 1:
+            raise RequestError("n must be 1: each call is one step of one episode")
+        if body.get("top_logprobs") not in (None, 0):
+            raise RequestError("top_logprobs above 0 is not supported (logprobs=true gives each token's log-prob)")
+        max_tokens = body.get("max_completion_tokens")
+        max_tokens = body.get("max_tokens") if max_tokens is None else max_tokens
+        max_tokens = self.default_max_tokens if max_tokens is None else max_tokens
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        room = self.max_model_len - prompt_len
+        limit = min(max_tokens, room, episode.max_tokens - prompt_len if episode.max_tokens else room)
+        if limit < 1:
+            code = "context_length_exceeded" if room < 1 else "budget_exceeded"
+            raise RequestError(f"the prompt has {prompt_len} tokens: no room left to generate (model length "
+                               f"{self.max_model_len}, episode budget {episode.max_tokens})", 400, code)
+        stop = body.get("stop") or []
+        stop = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) and s for s in stop):
+            raise RequestError(f"stop must be a string or a list of at most {MAX_STOP_STRINGS} non-empty strings")
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise RequestError(f"seed must be an integer, got {seed!r}")
+        temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+        sampling = SamplingParams(max_tokens=int(limit), temperature=temperature,
+                                  top_p=_number(body, "top_p", 1.0, 1e-9, 1.0) if temperature > 0 else 1.0,
+                                  stop_token_ids=self.stop_token_ids, stop_strings=tuple(stop),
+                                  seed=int(seed or 0))
+        return sampling, seed is not None
+
+    async def _complete(self, episode: GatewayEpisode, body: dict[str, Any]) -> Response:
+        started = time.perf_counter()
+        if episode.closed:
+            raise RequestError("this episode is over: its key takes no more calls", 400, "episode_closed")
+        if episode.max_calls is not None and len(episode.steps) >= episode.max_calls:
+            raise RequestError(f"this episode made its {episode.max_calls} calls (its budget)", 400, "budget_exceeded")
+        messages = _messages(body)
+        tools = body.get("tools") or None
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
+            raise RequestError("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+        if body.get("tool_choice") == "none":
+            tools = None
+        extra = body.get("agentrl") if isinstance(body.get("agentrl"), dict) else {}
+        with episode.lock:
+            sampled = list(episode.sampled)
+        prompt = self.renderer.prompt(messages, tools, sampled)
+        sampling, seeded = self._sampling(body, len(prompt.ids), episode)
+        version = self.policy_version
+        generation = await asyncio.wrap_future(self.batcher.submit(prompt.ids, sampling, seeded))
+        ids = list(generation.token_ids)
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        for stop_id in self.stop_token_ids:      # the stop token ends the reply, it is not its text
+            stop_text = self.tokenizer.decode([stop_id], skip_special_tokens=False)
+            if ids and ids[-1] == stop_id and text.endswith(stop_text):
+                text = text[:-len(stop_text)]
+        for stop in sampling.stop_strings:       # OpenAI leaves a matched stop string out of the content
+            if generation.finish_reason == "stop" and text.endswith(stop):
+                text = text[:-len(stop)]
+        parsed = parse_tool_calls(text) if tools else None
+        content = parsed.content if parsed else text
+        calls = parsed.tool_calls if parsed else []
+        finish = "tool_calls" if calls else ("stop" if generation.finish_reason == "stop" else "length")
+        step = GatewayStep(prompt.ids, ids, list(generation.logprobs), version, anchor_of(messages, extra.get("anchor")),
+                           messages, prompt.tokenized, prompt.token_in_token_out, finish,
+                           parsed.invalid_tool_calls if parsed else 0, time.perf_counter() - started)
+        with episode.lock:
+            episode.steps.append(step)
+            episode.sampled.append(SampledReply(content, calls_key(calls), ids))
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        logprobs = None
+        if body.get("logprobs"):
+            logprobs = {"content": [{"token": self.tokenizer.decode([t], skip_special_tokens=False), "logprob": lp,
+                                     "bytes": list(self.tokenizer.decode([t], skip_special_tokens=False).encode()),
+                                     "top_logprobs": []} for t, lp in zip(ids, generation.logprobs)]}
+        usage = {"prompt_tokens": len(prompt.ids), "completion_tokens": len(ids), "total_tokens": len(prompt.ids) + len(ids)}
+        reply_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(self._chunks(reply_id, created, message, finish, logprobs,
+                                                  usage if include_usage else None), media_type="text/event-stream")
+        reply = {"id": reply_id, "object": "chat.completion", "created": created, "model": self.model_name,
+                 "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}],
+                 "usage": usage}
+        return Response(orjson.dumps(reply), 200, media_type="application/json")
+
+    def _chunks(self, reply_id: str, created: int, message: dict[str, Any], finish: str, logprobs: Any,
+                usage: dict[str, int] | None):
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None, extra: dict[str, Any] | None = None) -> bytes:
+            body = {"id": reply_id, "object": "chat.completion.chunk", "created": created, "model": self.model_name,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, **(extra or {})}]}
+            return b"data: " + orjson.dumps(body) + b"\n\n"
+
+        async def stream():
+            yield chunk({"role": "assistant", "content": ""})
+            if message.get("content"):
+                yield chunk({"content": message["content"]}, extra={"logprobs": logprobs} if logprobs else None)
+            for index, call in enumerate(message.get("tool_calls", [])):
+                yield chunk({"tool_calls": [{"index": index, **call}]})
+            yield chunk({}, finish)
+            if usage is not None:
+                body = {"id": reply_id, "object": "chat.completion.chunk", "created": created,
+                        "model": self.model_name, "choices": [], "usage": usage}
+                yield b"data: " + orjson.dumps(body) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        return stream()
+
+    # ----- running -------------------------------------------------------------------------------
+    def start_background(self) -> "Gateway":
+        self._thread = threading.Thread(target=lambda: self._uvicorn.run(sockets=[self.socket]), name="gateway-http",
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uvicorn.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self
+
+    def close(self) -> None:
+        self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        self.socket.close()
+        self.batcher.close()
+
+    def __enter__(self) -> "Gateway":
+        return self.start_background()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["Gateway", "RequestError"]

@@ -1,0 +1,151 @@
+"""The gateway over HTTP with the real ``openai`` client: chat completions (plain and streamed), many agents
+at once batched into engine calls, every call one recorded step (token in, token out), tools listed
+in the prompt, and bad input refused in OpenAI's error shape, costing only its episode."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from agentrl.config.schema import TinyModelConfig
+from agentrl.gateway.server import Gateway
+from agentrl.models import build_tiny_model, train_tokenizer
+from agentrl.rollout.backends import make_backend
+from agentrl.warmstart.demonstrations import corpus_texts
+
+openai = pytest.importorskip("openai")
+
+TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+                       max_position_embeddings=2048)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    texts = corpus_texts("textcraft", {}, "train", 20, history_length=2, think=True, style="compact")
+    tokenizer = train_tokenizer(texts, vocab_size=400)
+    out = tmp_path_factory.mktemp("gateway") / "tiny"
+    build_tiny_model(TINY, tokenizer, seed=0).save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    backend = make_backend("torch", str(out), max_model_len=1024)
+    with Gateway(backend, tokenizer, max_model_len=1024, default_max_tokens=12, batch_wait_s=0.2) as gateway:
+        yield gateway, tokenizer
+
+
+def client(gateway, key):
+    return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=60)
+
+
+USER = [{"role": "system", "content": "Craft items."}, {"role": "user", "content": "Goal: craft stick."}]
+
+
+def test_each_call_is_a_recorded_step_and_the_next_prompt_keeps_the_sampled_ids(served):
+    gateway, tokenizer = served
+    episode = gateway.open_episode("task-1")
+    gateway.policy_version = 3
+    agent = client(gateway, episode.key)
+    assert [m.id for m in agent.models.list().data] == ["agentrl-policy"]
+    first = agent.chat.completions.create(model="agentrl-policy", messages=USER, max_tokens=8, logprobs=True,
+                                          extra_body={"agentrl": {"anchor": "stick-goal"}})
+    choice = first.choices[0]
+    assert choice.finish_reason in ("stop", "length") and first.usage.completion_tokens == len(choice.logprobs.content)
+    conversation = USER + [{"role": "assistant", "content": choice.message.content},
+                           {"role": "user", "content": "Inventory: []"}]
+    agent.chat.completions.create(model="agentrl-policy", messages=conversation, max_tokens=8)
+    steps = gateway.close_episode(episode.key).steps
+    assert len(steps) == 2 and steps[0].policy_version == 3 and steps[0].anchor == "stick-goal"
+    assert steps[0].prompt_ids == gateway.renderer.prompt(USER).ids
+    assert [round(x.logprob, 5) for x in choice.logprobs.content] == [round(x, 5) for x in steps[0].logprobs]
+    # the second prompt: the first prompt, the ids sampled for the reply, then the new user turn
+    assert steps[1].prompt_ids[:len(steps[0].prompt_ids) + len(steps[0].response_ids)] == \
+        steps[0].prompt_ids + steps[0].response_ids
+    assert steps[1].tokenized == [True, True, False, True] and steps[1].anchor == "Inventory: []"
+    with pytest.raises(openai.AuthenticationError, match="unknown or missing API key"):   # its key is gone
+        agent.chat.completions.create(model="agentrl-policy", messages=USER)
+
+
+def test_streamed_and_plain_replies_agree(served):
+    gateway, _ = served
+    episode = gateway.open_episode()
+    agent = client(gateway, episode.key)
+    plain = agent.chat.completions.create(model="m", messages=USER, temperature=0, max_tokens=10)
+    chunks = list(agent.chat.completions.create(model="m", messages=USER, temperature=0, max_tokens=10, stream=True,
+                                                stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == plain.choices[0].finish_reason
+    assert len(gateway.close_episode(episode.key).steps) == 2
+
+
+def test_many_agents_at_once_share_engine_calls(served):
+    gateway, _ = served
+    episodes = [gateway.open_episode(f"agent-{i}") for i in range(6)]
+    calls_before, requests_before = gateway.batcher.calls, gateway.batcher.requests
+    barrier = threading.Barrier(len(episodes))
+    errors = []
+
+    def run(key):
+        try:
+            barrier.wait()
+            client(gateway, key).chat.completions.create(model="m", messages=USER, max_tokens=6)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(e.key,)) for e in episodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert gateway.batcher.requests - requests_before == 6 and gateway.batcher.calls - calls_before < 6
+    assert all(len(gateway.close_episode(e.key).steps) == 1 for e in episodes)
+
+
+def test_tools_are_listed_in_the_prompt_and_tool_results_accepted(served):
+    gateway, tokenizer = served
+    episode = gateway.open_episode()
+    tools = [{"type": "function", "function": {"name": "craft", "description": "craft an item",
+                                               "parameters": {"type": "object", "properties": {"item": {"type": "string"}}}}}]
+    messages = USER + [{"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "c1", "type": "function", "function": {"name": "craft", "arguments": '{"item": "stick"}'}}]},
+                       {"role": "tool", "tool_call_id": "c1", "content": "Crafted 4 minecraft:stick"}]
+    client(gateway, episode.key).chat.completions.create(model="m", messages=messages, tools=tools, max_tokens=4)
+    step = gateway.close_episode(episode.key).steps[0]
+    prompt = tokenizer.decode(step.prompt_ids)
+    assert "# Tools" in prompt and '"name": "craft"' in prompt and "<tool_response>\nCrafted 4" in prompt
+    assert '<tool_call>\n{"name": "craft", "arguments": {"item": "stick"}}\n</tool_call>' in prompt
+    assert step.anchor == "Crafted 4 minecraft:stick" and step.tokenized == [True, True, True, True]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"n": 2}, "n must be 1"),
+    ({"top_logprobs": 3, "logprobs": True}, "top_logprobs above 0"),
+    ({"max_tokens": 0}, "max_tokens must be a positive integer"),
+    ({"messages": [{"role": "robot", "content": "hi"}]}, r"messages\[0\] needs a role"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop must be"),
+])
+def test_a_malformed_request_is_refused_and_fails_only_its_episode(served, kwargs, message):
+    gateway, _ = served
+    bad, good = gateway.open_episode(), gateway.open_episode()
+    request = {"model": "m", "messages": USER, **kwargs}
+    with pytest.raises(openai.BadRequestError, match=message):
+        client(gateway, bad.key).chat.completions.create(**request)
+    client(gateway, good.key).chat.completions.create(model="m", messages=USER, max_tokens=2)
+    assert gateway.close_episode(bad.key).failure and gateway.close_episode(good.key).failure is None
+
+
+def test_unknown_keys_and_budgets(served):
+    gateway, _ = served
+    with pytest.raises(openai.AuthenticationError, match="unknown or missing API key"):
+        client(gateway, "not-a-key").chat.completions.create(model="m", messages=USER)
+    episode = gateway.open_episode(max_calls=1)
+    agent = client(gateway, episode.key)
+    agent.chat.completions.create(model="m", messages=USER, max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="budget"):
+        agent.chat.completions.create(model="m", messages=USER, max_tokens=2)
+    tight = gateway.open_episode(max_tokens=5)
+    with pytest.raises(openai.BadRequestError, match="no room left to generate"):
+        client(gateway, tight.key).chat.completions.create(model="m", messages=USER)
+    assert "budget_exceeded" in gateway.close_episode(episode.key).failure
+    assert "budget_exceeded" in gateway.close_episode(tight.key).failure
