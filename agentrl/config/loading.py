@@ -255,6 +255,10 @@ def check_training_mode(cfg) -> None:
         raise UsageError(f"trainer.mode={mode} with learner.recompute_logprobs=false centres the PPO clip on the rollout's "
                          f"policy, up to {ahead} version(s) older than the learner's, with no off-policy correction: set "
                          "learner.recompute_logprobs=true (the decoupled objective, docs/async.md) or trainer.mode=sync")
+    if cfg.rollout.agent and (mode == "async" or cfg.rollout.expert_guidance):
+        key = "trainer.mode=async" if mode == "async" else "rollout.expert_guidance=true"
+        raise UsageError(f"{key} is not available with rollout.agent (an outside agent plays whole episodes in waves): "
+                         "use trainer.mode=sync or one_step_off, without expert guidance")
     if mode != "async" and (trainer.filter_groups or trainer.oversample > 1):
         key = "trainer.filter_groups" if trainer.filter_groups else "trainer.oversample"
         raise UsageError(f"{key} works on the group stream of trainer.mode=async (filtered groups are replaced from "

@@ -165,6 +165,11 @@ class RolloutConfig:
                               "guidance; its steps are scored and updated like the policy's own and are left out "
                               "of the episode metrics; the group's failed sampled episodes keep advantage 0, as "
                               "without guidance)")
+    agent: Optional[str] = F(None, "an agent written outside agentrl that plays the episodes through an "
+                             "OpenAI-compatible gateway (module:function, docs/agents.md); every model call is one "
+                             "step; None = agentrl's own agent loop")
+    agent_timeout_s: float = F(600.0, "an agent episode (rollout.agent) that has not returned after this long fails "
+                               "(re-run or masked as rollout.on_env_failure says)", gt=0)
     max_env_failures: int = F(16, "failed episodes one rollout call tolerates; one more stops the run with a "
                               "checkpoint of the last iteration whose update the learner holds and a one-line error", min=0)
     hang_timeout_s: float = F(600.0, "a rollout worker that makes no progress (no generate call, env step or reset "

@@ -107,13 +107,17 @@ class Batcher:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self.calls = 0          # engine calls so far
         self.next_seed = int(seed)
+        #: called before each engine call (the rollout worker loads weights that arrived meanwhile)
+        self.before_generate: Any = None
+        #: the policy version the backend runs (read after before_generate; stamped on each result)
+        self.version: Any = lambda: 0
         self.requests = 0       # requests they served
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="gateway-batcher", daemon=True)
         self._thread.start()
 
     def submit(self, prompt_ids: list[int], sampling: SamplingParams, seeded: bool = False) -> Future:
-        """A request's generation, as a future. Unless ``seeded`` (the request named its seed) its seed is
+        """A request's ``(generation, policy version)``, as a future. Unless ``seeded`` (the request named its seed) its seed is
         the batcher's: requests of one engine call sample with consecutive seeds, as the rollout's do."""
         future: Future = Future()
         self._queue.put((prompt_ids, sampling, seeded, future))
@@ -144,6 +148,9 @@ class Batcher:
                     sampling = sampling.with_seed(self.next_seed)
                     self.next_seed += len(members)
                 try:
+                    if self.before_generate is not None:
+                        self.before_generate()
+                    version = self.version()
                     generations = self.backend.generate([p for p, _ in members], sampling)
                 except Exception as err:  # noqa: BLE001 - handed to each waiting request
                     for _, future in members:
@@ -152,7 +159,7 @@ class Batcher:
                 self.calls += 1
                 self.requests += len(members)
                 for (_, future), generation in zip(members, generations):
-                    future.set_result(generation)
+                    future.set_result((generation, version))
 
     def close(self) -> None:
         if not self._closed:

@@ -107,10 +107,13 @@ class Gateway:
         self.renderer = ConversationRenderer(tokenizer)
         self.episodes = EpisodeRegistry()
         self.batcher = Batcher(backend, max_batch, batch_wait_s, seed)
+        self.batcher.version = lambda: self.policy_version
         self.max_model_len, self.default_max_tokens = int(max_model_len), int(default_max_tokens)
         self.stop_token_ids = tuple(stop_token_ids) or tuple(
             i for i in (tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id) if isinstance(i, int))
         self.policy_version = 0
+        #: set while training: temperature, top-p, top-k and the response cap of every call come from it
+        self.sampling: SamplingParams | None = None
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, port), family=family, backlog=256)
         self.host, self.port = host, self.socket.getsockname()[1]
@@ -192,10 +195,14 @@ class Gateway:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise RequestError(f"seed must be an integer, got {seed!r}")
         temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+        top_p = _number(body, "top_p", 1.0, 1e-9, 1.0)
+        if self.sampling is not None:       # training: the rollout's sampling, whatever the agent asked
+            temperature, top_p = self.sampling.temperature, self.sampling.top_p
+            limit = min(limit, self.sampling.max_tokens)
         sampling = SamplingParams(max_tokens=int(limit), temperature=temperature,
-                                  top_p=_number(body, "top_p", 1.0, 1e-9, 1.0) if temperature > 0 else 1.0,
-                                  stop_token_ids=self.stop_token_ids, stop_strings=tuple(stop),
-                                  seed=int(seed or 0))
+                                  top_p=top_p if temperature > 0 else 1.0,
+                                  top_k=self.sampling.top_k if self.sampling is not None and temperature > 0 else -1,
+                                  stop_token_ids=self.stop_token_ids, stop_strings=tuple(stop), seed=int(seed or 0))
         return sampling, seed is not None
 
     async def _complete(self, episode: GatewayEpisode, body: dict[str, Any]) -> Response:
@@ -215,8 +222,7 @@ class Gateway:
             sampled = list(episode.sampled)
         prompt = self.renderer.prompt(messages, tools, sampled)
         sampling, seeded = self._sampling(body, len(prompt.ids), episode)
-        version = self.policy_version
-        generation = await asyncio.wrap_future(self.batcher.submit(prompt.ids, sampling, seeded))
+        generation, version = await asyncio.wrap_future(self.batcher.submit(prompt.ids, sampling, seeded))
         ids = list(generation.token_ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         for stop_id in self.stop_token_ids:      # the stop token ends the reply, it is not its text

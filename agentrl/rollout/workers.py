@@ -113,8 +113,16 @@ class RolloutWorker:
         else:
             self.client = EnvClient.ray_actors(list(env_source), timeout=env_cfg.step_timeout_s)
             self.env_text = f"{len(env_source)} Ray env pool actor(s) of {env_cfg.name}"
-        self.engine = RolloutEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
-                                    instance_ids=instance_ids, stop_strings=stop_strings)
+        if getattr(rollout_cfg, "agent", None):       # an outside agent through the gateway (docs/agents.md)
+            from agentrl.gateway.agents import load_agent
+            from agentrl.gateway.engine import AgentEngine
+
+            self.engine = AgentEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
+                                      agent=load_agent(rollout_cfg.agent), instance_ids=instance_ids,
+                                      stop_strings=stop_strings)
+        else:
+            self.engine = RolloutEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
+                                        instance_ids=instance_ids, stop_strings=stop_strings)
         # weights that arrive while a rollout runs wait here and are loaded between two env steps
         # (the engine's step boundary), never in the middle of a generate call
         self._weights_lock = threading.Lock()
@@ -338,6 +346,7 @@ class RolloutWorker:
         return self.backend.stats()
 
     def close(self) -> None:
+        getattr(self.engine, "close", lambda: None)()
         self.client.close()
         self.backend.close()
 

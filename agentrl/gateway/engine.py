@@ -1,0 +1,131 @@
+"""The rollout engine for agents written outside agentrl (``rollout.agent``): the same calls as
+:class:`~agentrl.rollout.engine.RolloutEngine` (``run`` gives a :class:`RolloutResult` whose
+StepBatch has one row per model call), with episodes played by the agent through the gateway.
+
+A wave starts one agent thread per episode (its task, a key of its own, one env instance of this
+worker when the run has an environment), each against the gateway this engine serves from its
+backend, so the calls of all of them are batched into engine calls. Each finished episode's steps
+become StepBatch rows: the call's prompt and sampled ids and log-probs, the anchor state, the
+reward (``step_rewards`` or the reward at the last call), an invalid-action penalty for a call whose
+tool calls were malformed. A failed episode (:mod:`agentrl.gateway.agents`) goes through the
+engine's recovery (re-run or mask) like an environment failure.
+
+What the gateway samples follows the rollout's settings, whatever the agent asks: temperature,
+top-p and top-k of ``rollout.*`` (the learner's log-probs assume them) and at most
+``rollout.max_response_tokens`` per call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Sequence
+
+from agentrl.data.step_batch import StepBatch
+from agentrl.envs.base import TaskRef
+from agentrl.gateway.agents import AgentError, AgentTask, EnvSession, outcome_of
+from agentrl.gateway.episodes import GatewayEpisode
+from agentrl.gateway.server import Gateway
+from agentrl.rollout.backends.base import SamplingParams
+from agentrl.rollout.engine import RolloutEngine, RolloutResult, Tally, step_seed
+from agentrl.rollout.episode import EpisodeResult
+
+
+class AgentEngine(RolloutEngine):
+    """:class:`RolloutEngine` whose episodes an agent plays through an OpenAI-compatible gateway."""
+
+    def __init__(self, backend, tokenizer, env_client, rollout_cfg, env_cfg, *, agent, instance_ids=None,
+                 stop_strings: Sequence[str] = (), host: str = "127.0.0.1", **kwargs: Any):
+        super().__init__(backend, tokenizer, env_client, rollout_cfg, env_cfg, instance_ids=instance_ids,
+                         stop_strings=stop_strings, **kwargs)
+        self.agent = agent
+        self.gateway = Gateway(backend, tokenizer, host=host,
+                               max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
+                               default_max_tokens=rollout_cfg.max_response_tokens,
+                               stop_token_ids=self.stop_token_ids)
+        # weights that arrived during a wave are loaded between two engine calls; each call's steps carry
+        # the version that generated them
+        self.gateway.batcher.before_generate = lambda: self.before_generate() if self.before_generate else None
+        self.gateway.batcher.version = lambda: self.policy_version
+        self.gateway.start_background()
+
+    def _run_wave(self, envs: list[tuple[TaskRef, int, int]], sampling: SamplingParams, seed: int,
+                  wave: int) -> RolloutResult:
+        start, tally = time.perf_counter(), Tally()
+        self.gateway.sampling = sampling
+        self.gateway.batcher.next_seed = step_seed(sampling.seed, wave, 0)
+        slots = [(task, group_id, traj_id, iid) for (task, group_id, traj_id), iid in zip(envs, self.instance_ids)]
+        self.mark(f"agents playing {len(slots)} episodes (env instances {self.instance_ids[:len(slots)]})")
+        runs = [self._start(task, traj_id, iid, seed) for task, _, traj_id, iid in slots]
+        deadline = time.monotonic() + float(self.rollout_cfg.agent_timeout_s)
+        for thread, _, _ in runs:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        records, results = [], []
+        for (task, group_id, traj_id, _), (thread, episode, box) in zip(slots, runs):
+            closed = self.gateway.close_episode(episode.key)      # a late call of a hung agent gets a 401
+            error = box.get("error")
+            if thread.is_alive():
+                error = f"the agent did not finish within rollout.agent_timeout_s={self.rollout_cfg.agent_timeout_s:g} s"
+            elif error is None and closed.failure:
+                error = f"the agent's episode failed: {closed.failure}"
+            elif error is None and not closed.steps:
+                error = "the agent made no model call"
+            outcome = None
+            if error is None:
+                try:
+                    outcome = outcome_of(box.get("value"), len(closed.steps))
+                except AgentError as err:
+                    error = str(err)
+            if error is not None:
+                results.append(EpisodeResult(group_id, traj_id, task, task.split, False, 0.0, len(closed.steps), 0,
+                                             env_error=f"agent: {error}"))
+                continue
+            rows = self._records(closed, outcome, task, group_id, traj_id)
+            records += rows
+            results.append(EpisodeResult(group_id, traj_id, task, task.split, outcome.won,
+                                         sum(r["env_reward"] - r["invalid_penalty"] for r in rows), len(rows),
+                                         sum(s.invalid_tool_calls > 0 for s in closed.steps)))
+            tally.add("generated_tokens", sum(len(s.response_ids) for s in closed.steps))
+            tally.add("env_steps", len(rows))
+        batch = StepBatch.from_records(records, pad_id=self.pad_id) if records else None
+        stats = {**tally.drain(), "episodes": len(envs), "rollout_s": time.perf_counter() - start}
+        return RolloutResult(batch, sorted(results, key=lambda r: r.traj_id), stats)
+
+    def _start(self, task: TaskRef, traj_id: int, instance_id: int, seed: int
+               ) -> tuple[threading.Thread, GatewayEpisode, dict[str, Any]]:
+        episode = self.gateway.open_episode(f"traj {traj_id}", max_calls=self.env_cfg.max_steps,
+                                            max_tokens=self.rollout_cfg.max_prompt_tokens
+                                            + self.rollout_cfg.max_response_tokens)
+        env = EnvSession(self.client, instance_id, task, self.env_cfg.step_timeout_s) if self.client else None
+        context = AgentTask(task, self.gateway.base_url, episode.key, self.gateway.model_name, env,
+                            self.env_cfg.max_steps, seed=seed * 1_000_003 + traj_id, env_name=self.env_name,
+                            traj_id=traj_id)
+        box: dict[str, Any] = {}
+
+        def play() -> None:
+            try:
+                box["value"] = self.agent(context)
+            except BaseException as err:  # noqa: BLE001 - the episode fails, the run goes on
+                box["error"] = f"{type(err).__name__}: {err}"
+
+        thread = threading.Thread(target=play, name=f"agent-{traj_id}", daemon=True)
+        thread.start()
+        return thread, episode, box
+
+    def _records(self, episode: GatewayEpisode, outcome, task: TaskRef, group_id: int, traj_id: int
+                 ) -> list[dict[str, Any]]:
+        steps = episode.steps
+        rewards = outcome.step_rewards or [0.0] * (len(steps) - 1) + [outcome.reward]
+        penalty = float(self.rollout_cfg.invalid_action_penalty)
+        return [{"group_id": group_id, "traj_id": traj_id, "step": i, "prompt_ids": s.prompt_ids,
+                 "response_ids": s.response_ids, "rollout_logprobs": s.logprobs, "env_reward": rewards[i],
+                 "invalid_penalty": penalty if s.invalid_tool_calls else 0.0, "done": i == len(steps) - 1,
+                 "success": outcome.won, "anchor_obs": s.anchor, "action_valid": s.invalid_tool_calls == 0,
+                 "policy_version": s.policy_version, "task_type": task.split, "action": ""}
+                for i, s in enumerate(steps)]
+
+    def close(self) -> None:
+        self.gateway.close()
+
+
+__all__ = ["AgentEngine"]

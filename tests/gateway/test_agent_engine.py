@@ -1,0 +1,129 @@
+"""Outside agents through the gateway as the rollout engine (rollout.agent): an openai-client TextCraft
+agent gives one StepBatch row per model call, with its anchors, rewards and log-probs; an agent
+that raises, hangs, returns no reward, makes no call or breaks its budget costs its episode only
+(re-run or masked as for environment failures)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from agentrl.config import load_config
+from agentrl.envs import TaskRef
+from agentrl.envs.server import EnvClient
+from agentrl.gateway.agents import load_agent
+from agentrl.gateway.engine import AgentEngine
+from agentrl.models import build_tiny_model, train_tokenizer
+from agentrl.config.schema import TinyModelConfig
+from agentrl.rollout.backends import make_backend
+from agentrl.warmstart.demonstrations import corpus_texts
+
+pytest.importorskip("openai")
+TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+                       max_position_embeddings=4096)
+TASKS = [TaskRef("train", 1), TaskRef("train", 2)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    texts = corpus_texts("textcraft", {}, "train", 20, history_length=2, think=True, style="compact")
+    tokenizer = train_tokenizer(texts, vocab_size=800)
+    out = tmp_path_factory.mktemp("agents") / "tiny"
+    build_tiny_model(TINY, tokenizer, seed=0).save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return str(out)
+
+
+def engine_for(model_dir, agent, *overrides):
+    from agentrl.models import load_tokenizer
+
+    cfg = load_config("textcraft_grpo_tiny", ["env.max_steps=3", "rollout.max_response_tokens=8",
+                                              "rollout.max_prompt_tokens=3000", *overrides])
+    client = EnvClient.local("textcraft", 4, {"max_steps": 3})
+    backend = make_backend("torch", model_dir, max_model_len=3008)
+    engine = AgentEngine(backend, load_tokenizer(model_dir), client, cfg.rollout, cfg.env, agent=agent)
+    return engine, client
+
+
+def test_an_openai_agent_gives_one_row_per_model_call(model_dir):
+    engine, client = engine_for(model_dir, load_agent("agentrl.agents.textcraft_openai:run_episode"))
+    try:
+        result = engine.run(TASKS, group_size=2, seed=1)
+    finally:
+        engine.close()
+        client.close()
+    batch = result.batch
+    assert len(result.episodes) == 4 and all(e.env_error is None for e in result.episodes)
+    assert sorted(set(batch.traj_id.tolist())) == [0, 1, 2, 3] and sorted(set(batch.group_id.tolist())) == [0, 1]
+    assert len(batch) == sum(e.length for e in result.episodes) == result.stats["env_steps"]
+    first = [i for i in range(len(batch)) if batch.step[i] == 0]
+    assert all(batch.anchor_obs[i].startswith("Crafting commands:") for i in first)    # the agent's anchor
+    assert bool(batch.done[[i for i in range(len(batch)) if batch.traj_id[i] == 0][-1]])
+    assert float(batch.rollout_logprobs.abs().sum()) > 0 and batch.anchor_key is not None
+
+
+def flaky_and_broken(task):
+    """Episode 0 raises on its first attempt only; 1 returns no reward; 2 makes no call; 3 plays."""
+    import openai
+
+    if task.traj_id == 0 and not getattr(flaky_and_broken, "raised", False):
+        flaky_and_broken.raised = True
+        raise RuntimeError("agent bug")
+    if task.traj_id == 2:
+        return 1.0
+    client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0)
+    client.chat.completions.create(model=task.model, messages=[{"role": "user", "content": "hi"}])
+    return None if task.traj_id == 1 else {"reward": 1.0}
+
+
+def test_a_failing_agent_costs_its_episode_which_is_re_run_or_masked(model_dir):
+    engine, client = engine_for(model_dir, flaky_and_broken, "rollout.on_env_failure=mask")
+    try:
+        masked = engine.run(TASKS, group_size=2, seed=1)
+    finally:
+        engine.close()
+        client.close()
+    errors = {e.traj_id: e.env_error for e in masked.episodes}
+    assert "RuntimeError: agent bug" in errors[0] and "not a reward" in errors[1]
+    assert "made no model call" in errors[2] and errors[3] is None
+    assert masked.stats["episodes_masked"] == 3 and set(masked.batch.traj_id.tolist()) == {3}
+
+    flaky_and_broken.raised = False          # episode 0 raises once, episode 1 plays (as episode 3 did)
+    engine, client = engine_for(model_dir, lambda task: flaky_and_broken(task if task.traj_id == 0 else
+                                                                         dataclasses.replace(task, traj_id=3)),
+                                "rollout.on_env_failure=rerun", "rollout.max_env_failures=8")
+    try:
+        engine.instance_ids = engine.instance_ids[:2]      # one group per wave
+        rerun = engine.run(TASKS[:1], group_size=2, seed=1, traj_id_start=0)
+    finally:
+        engine.close()
+        client.close()
+    assert rerun.stats["episodes_rerun"] == 1 and {e.env_error for e in rerun.episodes} == {None}
+
+
+def test_a_hung_agent_or_one_over_budget_fails_within_the_timeout(model_dir):
+    def hangs_or_loops(task):
+        import openai
+
+        if task.traj_id == 0:
+            time.sleep(30)
+        client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0)
+        calls = task.max_steps + 1 if task.traj_id == 1 else task.max_steps    # 1: one call more than it may make
+        for _ in range(calls):
+            client.chat.completions.create(model=task.model, messages=[{"role": "user", "content": "hi"}])
+        return 1.0
+
+    engine, client = engine_for(model_dir, hangs_or_loops, "rollout.on_env_failure=mask", "rollout.agent_timeout_s=6")
+    started = time.monotonic()
+    try:
+        result = engine.run(TASKS, group_size=2, seed=1)
+    finally:
+        engine.close()
+        client.close()
+    assert time.monotonic() - started < 20
+    errors = {e.traj_id: e.env_error for e in result.episodes}
+    assert "did not finish within rollout.agent_timeout_s=6" in errors[0]
+    assert "budget" in errors[1] and errors[2] is None and errors[3] is None
+    assert set(result.batch.traj_id.tolist()) == {2, 3} and len(result.batch) == 6
