@@ -125,6 +125,7 @@ class Trainer:
             worker_slots=slots.rollout_slots if slots else None, env_slots=slots.env_slots if slots else None)
         self.weights = weight_sync_for(cfg, self.learner, self.rollout, device,
                                        colocated=slots is not None and slots.colocated)
+        self.tracker.status(f"weight sync: {self.weights.name} (rollout.weight_sync={cfg.rollout.weight_sync})")
         check_mode_layout(cfg, self.weights)
         warn_if_uncorrected(cfg)
         self.weights.connect()
