@@ -11,8 +11,8 @@
 #   smoke              170 s       agentrl train, TextCraft at the 1.5B shape, random weights, vLLM eager,
 #                                  sleep level 2, 2 iterations, no final checkpoint
 #   engine_vs_raw       90 s       the rollout engine against raw LLM.generate on the same prompts (1.5B)
-#   weight_sync         85 s       packed and IPC at the 7B shape (broadcast refused on one GPU, with the reason)
-#   total              460 s       (7.7 min; how it was estimated: docs/rollout.md, "The GPU checklist")
+#   weight_sync         90 s       packed and IPC at the 7B shape (broadcast refused on one GPU, with the reason)
+#   total              465 s       (7.75 min; how it was estimated: docs/rollout.md, "The GPU checklist")
 #
 #   bash scripts/gpu_checklist.sh PYTHON OUTDIR [key=value ...] [--flags]
 #   bash scripts/gpu_checklist.sh python3 /root/out                             # the GPU machine

@@ -215,3 +215,15 @@ def test_the_scripts_pass_their_arguments_to_the_checklist(tmp_path):
     runner.add_arguments(parser)
     args = parser.parse_intermixed_args(smoke.stdout.split()[2:])
     assert args.smoke_overrides == ["model.lora_rank=64"] and args.stages == "imports,probe_ipc,smoke"
+
+
+def test_the_h200_estimates_fit_in_8_minutes_and_the_script_header_states_them():
+    import re
+
+    estimates = {name: stage.estimate_s for name, stage in S.STAGES.items()}
+    assert sum(estimates.values()) <= 8 * 60
+    header = (ROOT / "scripts" / "gpu_checklist.sh").read_text()
+    stated = {m.group(1): int(m.group(2)) for m in re.finditer(r"^#   (\w+)\s+(\d+) s ", header, re.M)}
+    assert stated == {**estimates, "total": sum(estimates.values())}
+    for name, seconds in estimates.items():      # and the stages module's own table
+        assert re.search(rf"^{name}\s+{seconds}\s", S.__doc__, re.M), name
