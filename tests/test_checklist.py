@@ -96,6 +96,11 @@ def test_the_gpu_smoke_is_the_textcraft_1_5b_shape_eager_without_final_checkpoin
     assert cfg.learner.num_ranks == 1 and cfg.rollout.vllm.tensor_parallel_size == 1
     assert cfg.placement.layout == "colocated" and cfg.trainer.save_every == 0
     assert cfg.trainer.output_dir == str(tmp_path / "work" / "runs") and cfg.trainer.run_name == "smoke"
+    # the trainer's placement plan takes it on one 80 GB GPU, before anything starts
+    from agentrl.placement import plan_placement
+
+    cfg.placement.nodes, cfg.placement.gpus_per_node = 1, 1
+    assert plan_placement(cfg).layout == "colocated"
     # the switches: CUDA graphs, a final checkpoint, more overrides last
     again = plan(tmp_path, eager=False, final_checkpoint=True, smoke_overrides=["env.max_steps=8"])
     recipe, items = parse_overrides(S.smoke_command(again, S.smoke_settings(again, results)[0])[4:])
@@ -117,6 +122,7 @@ def test_the_bench_commands_parse_as_their_targets_do(tmp_path):
     args = parse_target_args(bench_rollout, S.engine_vs_raw_command(gpu)[5:])
     cfg = bench_rollout.workload(args)
     assert args.device == "cuda" and args.backends == "vllm" and cfg.rollout.vllm.enforce_eager
+    assert cfg.rollout.vllm.tensor_parallel_size == 1          # one GPU (the 1.5B recipe's engine has 2)
     assert cfg.model.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct" and cfg.rollout.prompt_truncation == "left"
     cpu_args = parse_target_args(bench_rollout, S.engine_vs_raw_command(plan(tmp_path, gpu=False))[5:])
     assert bench_rollout.workload(cpu_args).model.tiny.hidden_size == 64 and cpu_args.no_naive

@@ -179,6 +179,7 @@ def engine_vs_raw_command(plan: Plan) -> list[str]:
         return plan.agentrl("bench", "rollout", "--json", "--recipe", GPU_SMOKE_RECIPE, "--device", "cuda",
                             "--backends", "vllm", "--tasks", "4", "--group-size", "4", "--max-steps", "4",
                             "--max-response-tokens", "128", "--override", "rollout.prompt_truncation=left",
+                            "--override", "rollout.vllm.tensor_parallel_size=1",     # the recipe's 2: one GPU here
                             "--override", "rollout.vllm.gpu_memory_utilization=0.3",
                             "--override", f"rollout.vllm.enforce_eager={str(plan.eager).lower()}")
     tiny = [arg for override in CPU_TINY for arg in ("--override", override)]
