@@ -76,8 +76,10 @@ def test_without_vllm_the_smoke_uses_the_torch_backend_and_the_vllm_stages_are_s
 
 def test_on_cpu_the_gpu_probes_are_skipped_and_nothing_falls_back(tmp_path):
     cpu = plan(tmp_path, gpu=False)
-    assert S.skip_reason("probe_ipc", cpu, {}).startswith("no CUDA device")
-    assert S.skip_reason("probe_sleep", cpu, {}).startswith("no CUDA device")
+    seen = {"imports": {"numbers": {"device": {"cuda_available": False}}}}
+    assert S.skip_reason("probe_ipc", cpu, seen) == "no CUDA device: CUDA IPC needs one"
+    assert S.skip_reason("probe_sleep", cpu, seen).startswith("no CUDA device: vLLM's sleep mode")
+    assert S.skip_reason("probe_ipc", cpu, {}).startswith("no CUDA device seen (torch did not import")
     overrides, taken = S.smoke_settings(cpu, {"imports": imported()})
     assert taken == [] and chosen(overrides, "rollout.weight_sync") == "auto"
 

