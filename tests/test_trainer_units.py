@@ -154,43 +154,82 @@ def test_phases_time_each_phase_and_take_the_gpu_memory_peak_of_each():
     assert GpuMemory.for_device("cpu") is None
 
 
-@pytest.mark.parametrize("wanted, device, ranks, stage, learner_gpu, rollout_gpus, path", [
-    ("auto", "cpu", 1, 2, None, [], "packed"),
-    ("auto", "cuda", 1, 2, "GPU-a", ["GPU-a", "GPU-a"], "ipc"),        # colocated: nothing leaves the GPU
-    ("auto", "cuda", 1, 2, "GPU-a", ["GPU-a", "GPU-b"], "broadcast"),  # a worker on another GPU
-    ("auto", "cuda", 2, 2, "GPU-a", ["GPU-a"], "broadcast"),           # Ray learner ranks
-    ("auto", "cuda", 1, 3, "GPU-a", ["GPU-a"], "broadcast"),           # ZeRO-3 gathers one parameter at a time
-    ("broadcast", "cpu", 1, 2, None, [], "broadcast"),                 # gloo on CPU
-    ("packed", "cuda", 1, 2, "GPU-a", ["GPU-a"], "packed"),
-    ("ipc", "cuda", 1, 2, "GPU-a", ["GPU-a"], "ipc"),
+@pytest.mark.parametrize("wanted, device, stage, learner_gpus, rollout_gpus, path", [
+    ("auto", "cpu", 2, [], [], "packed"),
+    ("auto", "cuda", 2, ["a"], ["a", "a"], "ipc"),               # colocated: nothing leaves the GPU
+    ("auto", "cuda", 2, ["a", "b"], ["a", "b"], "ipc"),          # per rank: each engine GPU holds a learner rank
+    ("auto", "cuda", 2, ["a"], ["a", "b"], "packed"),            # rank 0 shares a GPU with an engine: no NCCL
+    ("auto", "cuda", 2, ["a", "b"], ["c", "d"], "broadcast"),    # split
+    ("auto", "cuda", 2, ["a", "b"], ["b", "c"], "broadcast"),    # rank 1 is no member of the broadcast group
+    ("auto", "cuda", 3, ["a", "b"], ["a", "b"], "packed"),       # ZeRO-3 gathers one parameter at a time
+    ("auto", "cuda", 3, ["a"], ["b"], "broadcast"),
+    ("broadcast", "cpu", 2, [], [], "broadcast"),                # gloo on CPU
+    ("packed", "cuda", 2, ["a"], ["a"], "packed"),
+    ("ipc", "cuda", 2, ["a", "b"], ["b"], "ipc"),
 ])
-def test_the_weight_sync_path(wanted, device, ranks, stage, learner_gpu, rollout_gpus, path):
+def test_the_weight_sync_path(wanted, device, stage, learner_gpus, rollout_gpus, path):
     from agentrl.training.weight_sync import weight_sync_path
 
-    cfg = load_config("textcraft_grpo_tiny", [f"rollout.weight_sync={wanted}", f"learner.num_ranks={ranks}",
+    cfg = load_config("textcraft_grpo_tiny", [f"rollout.weight_sync={wanted}", f"learner.num_ranks={len(learner_gpus) or 1}",
                                               f"learner.zero_stage={stage}"])
-    assert weight_sync_path(cfg, device, learner_gpu, rollout_gpus) == path
+    assert weight_sync_path(cfg, device, learner_gpus, rollout_gpus) == path
 
 
-def test_a_colocated_placement_never_broadcasts_between_two_processes_on_one_gpu():
+def test_no_broadcast_between_two_processes_on_one_gpu():
+    """NCCL refuses a group with two members on one GPU: the colocated layout, or an engine on the GPU
+    of the learner's rank 0, never broadcasts (auto takes ipc or packed; asking for it is refused)."""
     from agentrl.training.weight_sync import weight_sync_path
 
-    cfg = load_config("textcraft_grpo_tiny", ["learner.num_ranks=4"])
-    assert weight_sync_path(cfg, "cuda", "GPU-a", ["GPU-a"], colocated=True) == "packed"
-    assert weight_sync_path(cfg, "cuda", "GPU-a", ["GPU-a"]) == "broadcast"
+    zero3 = load_config("textcraft_grpo_tiny", ["learner.num_ranks=4", "learner.zero_stage=3"])
+    gpus = ["a", "b", "c", "d"]
+    assert weight_sync_path(zero3, "cuda", gpus, gpus, colocated=True) == "packed"
+    assert weight_sync_path(zero3, "cuda", gpus, ["e", "f"]) == "broadcast"
     one_rank = load_config("textcraft_grpo_tiny", [])
-    assert weight_sync_path(one_rank, "cuda", "GPU-a", ["GPU-a"], colocated=True) == "ipc"
-    asked = load_config("textcraft_grpo_tiny", ["learner.num_ranks=4", "rollout.weight_sync=broadcast"])
-    with pytest.raises(UsageError, match="NCCL refuses two members on one GPU"):
-        weight_sync_path(asked, "cuda", "GPU-a", ["GPU-a"], colocated=True)
+    assert weight_sync_path(one_rank, "cuda", ["a"], ["a"], colocated=True) == "ipc"
+    for layout in ({"colocated": True}, {}):
+        asked = load_config("textcraft_grpo_tiny", ["learner.num_ranks=4", "rollout.weight_sync=broadcast"])
+        with pytest.raises(UsageError, match="NCCL refuses two members on one GPU"):
+            weight_sync_path(asked, "cuda", gpus, ["a", "e"], **layout)
 
 
 def test_ipc_weight_sync_where_it_cannot_apply_is_a_usage_error():
     from agentrl.training.weight_sync import weight_sync_path
 
     cfg = load_config("textcraft_grpo_tiny", ["rollout.weight_sync=ipc"])
-    with pytest.raises(UsageError, match="rollout.weight_sync=ipc needs one learner rank"):
-        weight_sync_path(cfg, "cpu", None, [])
+    with pytest.raises(UsageError, match="rollout.weight_sync=ipc needs the learner on GPUs"):
+        weight_sync_path(cfg, "cpu", [], [])
+    with pytest.raises(UsageError, match="every rollout GPU holding a learner rank"):
+        weight_sync_path(cfg, "cuda", ["a"], ["a", "b"])
+
+
+def test_a_push_frees_the_learners_cached_gpu_memory_before_the_engines_wake():
+    """Colocated (or IPC): the learner's cached CUDA blocks go back to the device before the engines on
+    its GPUs wake to load the weights; a split layout keeps its cache."""
+    from agentrl.training.weight_sync import weight_sync_for
+
+    calls = []
+
+    class Learner:
+        def gpu_uuids(self): return ["a", "b"]
+        def free_cached_memory(self): calls.append("free")
+        def packed_weights_for_rollout(self): calls.append("pack"); return []
+
+    class Rollout:
+        def __init__(self, gpus): self.gpus = gpus
+        def gpu_uuids(self): return self.gpus
+        def load_weights(self, buckets, version): calls.append(f"load {version}")
+
+    zero3 = load_config("textcraft_grpo_tiny", ["learner.num_ranks=2", "learner.zero_stage=3"])
+    colocated = weight_sync_for(zero3, Learner(), Rollout(["a", "b"]), "cuda", colocated=True)
+    colocated.push(4)
+    assert colocated.name == "packed" and calls == ["free", "pack", "load 4"]
+    calls.clear()
+    split = weight_sync_for(zero3, Learner(), Rollout(["c", "d"]), "cuda")
+    assert split.name == "broadcast" and not split.free_learner_cache
+    packed_split = weight_sync_for(load_config("textcraft_grpo_tiny", ["rollout.weight_sync=packed"]), Learner(),
+                                   Rollout(["c"]), "cuda")
+    packed_split.push(5)
+    assert calls == ["pack", "load 5"]
 
 
 @pytest.mark.parametrize("overrides, cap", [

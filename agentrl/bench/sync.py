@@ -191,7 +191,7 @@ def _time_paths(paths: list[str], group, named, sender, receiver, args) -> dict[
             rows["broadcast"] = {"total_s": time.perf_counter() - start}
         if "ipc" in paths:
             start, kept = time.perf_counter(), []
-            group.load_weights_ipc(ipc_handles(named, kept))
+            group.load_weights_ipc([ipc_handles(named, kept)])     # one set: the learner is one rank
             kept.clear()
             rows["ipc"] = {"total_s": time.perf_counter() - start}
         if "packed" in paths:

@@ -85,8 +85,11 @@ class EnvConfig:
     reward: str = F("success", "step reward: success = success_reward when the episode is won (verl-agent), "
                     "env = the environment's own reward", choices=("success", "env"))
     success_reward: float = F(10.0, "reward at the winning step when env.reward=success", gt=0)
-    server_url: Optional[str] = F(None, "an `agentrl envs serve` server (http://host:port) to use instead of "
-                                  "starting env pool actors in the Ray cluster")
+    server_url: Optional[str] = F(None, "`agentrl envs serve` servers to use instead of starting env pool actors in "
+                                  "the Ray cluster: http://host:port, several separated by commas (each may end in "
+                                  "max=N: use at most N of its instances), or @file listing one per line; with "
+                                  "several, instances are spread over them and moved off a server that dies "
+                                  "(docs/environments.md, 'Several env servers')")
     num_servers: int = F(1, "env pool server processes (the env steps of one iteration are spread over them)", min=1)
     step_timeout_s: float = F(60.0, "per-call timeout for env reset/step batches", gt=0)
     reset_timeout_s: float = F(10.0, "extra seconds a reset batch may take per instance one env server resets "
@@ -105,8 +108,9 @@ class VllmConfig:
                          "engine frees its GPU memory for the learner; 1 = weights to host memory and KV cache "
                          "freed, 2 = both freed (the sync reloads the weights); 0 = never (docs/rollout.md, "
                          "'Rollout and learner on one GPU')", choices=(0, 1, 2))
-    model_runner: str = F("auto", "vLLM's model runner: auto = vLLM's choice (V2 on CUDA from 0.29), v1 or v2 "
-                          "(VLLM_USE_V2_MODEL_RUNNER; seeded samples differ between them)",
+    model_runner: str = F("auto", "vLLM's model runner: auto = vLLM's choice (V2 on CUDA for non-MoE models, "
+                          "Qwen2 included, from 0.26), v1 or v2 (VLLM_USE_V2_MODEL_RUNNER; seeded samples differ "
+                          "between them)",
                           choices=("auto", "v1", "v2"))
 
 

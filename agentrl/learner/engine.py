@@ -31,7 +31,7 @@ from agentrl.learner.sequences import (PackedSequences, by_length, gather_respon
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
 from agentrl.weights import (BUCKET_BYTES, BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast,
-                                             broadcast_layout, ipc_handles, pack_weights)
+                                             broadcast_layout, device_uuid, ipc_handles, pack_weights)
 
 CHECKPOINT_TAG = "state"
 RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean", "rollout_is_weight", "rollout_is_capped")
@@ -456,9 +456,9 @@ class Learner:
             return deepspeed.zero.GatheredParameters(list(params), modifier_rank=None)
         return nullcontext()
 
-    def rollout_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def rollout_weights(self, every_rank: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
         """``(name, tensor)`` of the full weights with Hugging Face names (LoRA merged), one at a
-        time, on this learner's device; yields on rank 0 only.
+        time, on this learner's device; yields on rank 0 only (``every_rank``: on every rank).
 
         Collective under ZeRO-3 (every rank must run it to the end): parameters are gathered one
         at a time. A yielded tensor may be the parameter itself, valid only until the next one is
@@ -477,7 +477,7 @@ class Learner:
             owner = lora_owners.get(owner_name) if owner_name and name.endswith(".weight") else None
             params = [param] + (list(owner.parameters()) if owner is not None else [])
             with self._gather(params):
-                if self.ranks.is_main:
+                if self.ranks.is_main or every_rank:
                     value = param.detach()
                     if owner is not None:
                         value = value + owner.get_delta_weight("default").to(value.dtype)
@@ -488,14 +488,25 @@ class Learner:
         return {name: value.to("cpu", copy=True) for name, value in self.rollout_weights()}
 
     def ipc_weights_for_rollout(self) -> IpcWeights:
-        """CUDA IPC handles of :meth:`rollout_weights` (one rank, ZeRO <= 2, on a GPU): a weight that is
-        a parameter itself is shared, not copied; merged LoRA weights are fresh tensors. They stay
-        alive until :meth:`release_ipc_weights`, after the rollout worker copied them."""
-        if self.device != "cuda" or self.world_size != 1 or self.cfg.learner.zero_stage == 3:
-            raise RuntimeError("CUDA IPC weight sync needs one learner rank on a GPU with ZeRO <= 2 (ZeRO-3 "
+        """CUDA IPC handles of this rank's :meth:`rollout_weights` on its GPU (ZeRO <= 2: every rank holds
+        the whole model; the engine rank on the same GPU opens them): a weight that is a parameter itself
+        is shared, not copied; merged LoRA weights are fresh tensors. They stay alive until
+        :meth:`release_ipc_weights`, after the rollout workers copied them."""
+        if self.device != "cuda" or self.cfg.learner.zero_stage == 3:
+            raise RuntimeError("CUDA IPC weight sync needs the learner on GPUs with ZeRO <= 2 (ZeRO-3 "
                                "gathers each parameter only for a moment)")
         self._ipc_kept: list[torch.Tensor] = []
-        return ipc_handles(self.rollout_weights(), self._ipc_kept)
+        return ipc_handles(self.rollout_weights(every_rank=True), self._ipc_kept)
+
+    def gpu_uuid(self) -> Optional[str]:
+        """This rank's GPU (None on CPU)."""
+        return device_uuid() if self.device == "cuda" else None
+
+    def free_cached_memory(self) -> None:
+        """Hand the CUDA memory the allocator keeps cached back to the device (before a vLLM engine on
+        this GPU wakes); nothing on CPU."""
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
 
     def weight_broadcast_layout(self, bucket_bytes: int = BUCKET_BYTES) -> Optional[BroadcastLayout]:
         """Where each rollout weight sits in the broadcast buckets (rank 0; collective under ZeRO-3)."""

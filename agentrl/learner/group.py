@@ -137,11 +137,23 @@ class LearnerGroup:
             return self.local.state_dict_for_rollout()
         return self._all("state_dict_for_rollout")[0]
 
-    def ipc_weights_for_rollout(self):
-        """CUDA IPC handles of the weights (one local rank on a GPU; see ``Learner.ipc_weights_for_rollout``)."""
-        if self.local is None:
-            raise RuntimeError("CUDA IPC weight sync needs one learner rank in this process")
-        return self.local.ipc_weights_for_rollout()
+    def ipc_weights_for_rollout(self) -> list:
+        """CUDA IPC handles of the weights, one set per rank on its GPU (``Learner.ipc_weights_for_rollout``)."""
+        if self.local is not None:
+            return [self.local.ipc_weights_for_rollout()]
+        return self._all("ipc_weights_for_rollout")
+
+    def gpu_uuids(self) -> list[str]:
+        """Each rank's GPU, in rank order (empty on CPU)."""
+        uuids = [self.local.gpu_uuid()] if self.local is not None else self._all("gpu_uuid")
+        return [u for u in uuids if u is not None]
+
+    def free_cached_memory(self) -> None:
+        """Every rank hands its cached CUDA memory back (before the engines on its GPUs wake)."""
+        if self.local is not None:
+            self.local.free_cached_memory()
+        else:
+            self._all("free_cached_memory")
 
     def weight_broadcast_address(self, world_size: int) -> tuple[str, int]:
         """Where rank 0 serves the weight-broadcast group of ``world_size`` members: its node's
@@ -176,6 +188,8 @@ class LearnerGroup:
     def release_ipc_weights(self) -> None:
         if self.local is not None:
             self.local.release_ipc_weights()
+        else:
+            self._all("release_ipc_weights")
 
     def packed_weights_for_rollout(self) -> list[PackedWeights]:
         """Rank 0's weights in flat byte buckets (NumPy: they come back from a rank without a copy)."""

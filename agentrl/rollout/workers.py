@@ -28,7 +28,7 @@ from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
 from agentrl.weights.transfer import (BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast, as_buckets,
-                                             device_uuid, open_ipc_handles, unpack_weights)
+                                             device_uuid, unpack_weights)
 
 WORKER_SEED_STRIDE = 7919
 
@@ -85,8 +85,9 @@ class RolloutWorker:
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, env_source: Any, instance_ids: Sequence[int], *,
                  backend: str = "torch", device: str = "cpu", dtype: str = "float32", seed: int = 0,
                  torch_threads: int | None = None, num_workers: int = 1, stop_strings: Sequence[str] = (),
-                 hidden_layer: int | None = None):
+                 hidden_layer: int | None = None, spare_instance_ids: Sequence[int] = ()):
         from agentrl.envs.server import EnvClient
+        from agentrl.envs.server.servers import connect_env_servers
         from agentrl.models import load_tokenizer, resolve_dtype
         from agentrl.rollout.backends import make_backend
 
@@ -106,8 +107,9 @@ class RolloutWorker:
         if hidden_layer is not None:
             self.backend.record_hidden(hidden_layer)
         if isinstance(env_source, str):
-            self.client = EnvClient.http(env_source, timeout=env_cfg.step_timeout_s)
-            self.env_text = f"the env server at {env_source}"
+            self.client = connect_env_servers(env_source, env_cfg.step_timeout_s, spare_instance_ids)
+            self.env_text = (self.client.describe() if hasattr(self.client, "describe")
+                             else f"the env server at {env_source}")
         else:
             self.client = EnvClient.ray_actors(list(env_source), timeout=env_cfg.step_timeout_s)
             self.env_text = f"{len(env_source)} Ray env pool actor(s) of {env_cfg.name}"
@@ -172,8 +174,14 @@ class RolloutWorker:
                 self._load_staged_locked()
             self.engine.mark("idle")
         result.stats["idle_before_s"] = started - self._last_finished if self._last_finished is not None else 0.0
+        result.stats.update(self._env_server_stats())
         self._last_finished = time.perf_counter()
         return result
+
+    def _env_server_stats(self) -> dict[str, float]:
+        """Each env server's failures and moved instances since the last call (several servers only)."""
+        stats = getattr(self.client, "server_stats", None)
+        return stats() if stats is not None else {}
 
     # ----- weights: loaded now when idle, else staged for the next step boundary -------------------
     def _take_weights(self, state: Mapping[str, torch.Tensor], version: int | None) -> None:
@@ -210,20 +218,18 @@ class RolloutWorker:
         loaded at the next step boundary."""
         self._take_weights(unpack_weights(buckets), version)
 
-    def load_weights_ipc(self, weights: IpcWeights, version: int | None = None) -> None:
-        """Load weights that stay on the learner's GPU (CUDA IPC handles): the backend copies them
-        device to device, then the handles are dropped. Only between rollouts (trainer.mode=sync):
-        the learner reuses the memory behind the handles after this call returns."""
-        state = open_ipc_handles(weights)
+    def load_weights_ipc(self, weights: Sequence[IpcWeights], version: int | None = None) -> None:
+        """Load weights that stay on the learner's GPUs (CUDA IPC handles, one set per learner GPU): the
+        backend copies them device to device, each GPU of the engine from the learner rank on it. Only
+        between rollouts (trainer.mode=sync): the learner reuses the memory behind the handles after
+        this call returns."""
         with self._weights_lock:
             if self._rolling_out:
                 raise RuntimeError("CUDA IPC weights cannot wait for a step boundary; use rollout.weight_sync=broadcast "
                                    "with trainer.mode one_step_off or async")
-            self.backend.load_weights(state)
-            torch.cuda.synchronize()
+            self.backend.load_weights_ipc(list(weights))
             if version is not None:
                 self.engine.policy_version = int(version)
-        del state
 
     def join_weight_broadcast(self, host: str, port: int, rank: int, world_size: int) -> None:
         """Join the weight-broadcast group as ``rank`` (the learner's rank 0 is rank 0)."""
@@ -276,7 +282,7 @@ class RolloutWorker:
                             self._load_staged_locked()
                         self.engine.mark("idle")
                 if finished:
-                    stats = pool.drain_stats()
+                    stats = {**pool.drain_stats(), **self._env_server_stats()}
                     finished[0].stats = {**stats, **finished[0].stats}
                     with self._stream:
                         self._outbox.extend((session, result) for result in finished)
@@ -318,9 +324,11 @@ class RolloutWorker:
             self._stopped_session = max(self._stopped_session, int(session))
             self._stream.notify_all()
 
-    def gpu_uuid(self) -> str | None:
-        """The UUID of the GPU this worker's backend runs on (None on CPU)."""
-        return device_uuid() if torch.cuda.is_available() else None
+    def gpu_uuids(self) -> list[str]:
+        """The GPUs this worker's engine runs on (all it sees: its tensor-parallel ranks'; none on CPU)."""
+        if self.device.startswith("cuda") and torch.cuda.is_available():
+            return [device_uuid(i) for i in range(torch.cuda.device_count())]
+        return []
 
     def sleep(self) -> float:
         """Free the backend's accelerator memory until the next weight load (``rollout.vllm.sleep_level``)."""
@@ -362,6 +370,7 @@ class RolloutWorkerGroup:
         import ray
 
         from agentrl.envs.server.ray_pool import launch_ray_shards
+        from agentrl.envs.server.servers import spares_per_worker
         from agentrl.models import load_tokenizer, stop_token_ids
 
         self.rollout_cfg, self.env_cfg = rollout_cfg, env_cfg
@@ -370,8 +379,10 @@ class RolloutWorkerGroup:
         if self.num_envs < self.num_workers:
             raise ValueError(f"{self.num_envs} env instances cannot be split over {self.num_workers} workers")
         self._owned_actors: list[Any] = []
+        spares: list[list[int]] = [[] for _ in range(self.num_workers)]
         if env_url is not None:
             env_source: Any = env_url
+            spares = spares_per_worker(env_url, self.num_envs, self.num_workers, env_cfg.step_timeout_s)
         elif env_actors is not None:
             env_source = list(env_actors)
         else:
@@ -398,7 +409,7 @@ class RolloutWorkerGroup:
                                            seed=i, torch_threads=torch_threads,
                                            num_workers=thread_shares or self.num_workers,
                                            stop_strings=stop_strings,
-                                           hidden_layer=hidden_layer)
+                                           hidden_layer=hidden_layer, spare_instance_ids=spares[i])
                         for i, (lo, hi) in enumerate(self.instance_ranges)]
         ray.get([w.ready.remote() for w in self.workers])
         self.serve_sessions = 0     # serve_groups calls so far (each a session the workers can be told to stop)
@@ -447,7 +458,8 @@ class RolloutWorkerGroup:
                  for w in self.workers])
 
     def load_weights_ipc(self, weights, version: int | None = None) -> None:
-        """Load the learner's weights through CUDA IPC handles (every worker on the learner's GPU)."""
+        """Load the learner's weights through CUDA IPC handles (one set per learner GPU; every engine GPU
+        holds a learner rank)."""
         import ray
 
         ray.get([w.load_weights_ipc.options(concurrency_group=WEIGHTS_GROUP).remote(weights, version=version)
@@ -496,10 +508,11 @@ class RolloutWorkerGroup:
         for w in self.workers:
             w.stop_serving.options(concurrency_group=STREAM_GROUP).remote(session)
 
-    def gpu_uuids(self) -> list[str | None]:
+    def gpu_uuids(self) -> list[str]:
+        """Every GPU the engines run on (each engine's tensor-parallel GPUs; empty on CPU)."""
         import ray
 
-        return ray.get([w.gpu_uuid.remote() for w in self.workers])
+        return [uuid for uuids in ray.get([w.gpu_uuids.remote() for w in self.workers]) for uuid in uuids]
 
     def sleep(self) -> float:
         """Every worker's backend frees its accelerator memory for the learner's passes (vLLM with

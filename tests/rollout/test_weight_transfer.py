@@ -62,3 +62,28 @@ def test_a_state_dict_is_packed_and_buckets_pass_through():
         unpack_weights(packed + packed)
     with pytest.raises(ValueError, match="bucket_bytes"):
         list(pack_weights(state.items(), bucket_bytes=0))
+
+
+def test_weights_written_for_the_ranks_read_back_bit_for_bit(tmp_path):
+    """The shared file through which a tensor-parallel vLLM engine's ranks take host weights."""
+    from agentrl.rollout.backends.vllm_ranks import read_shared_file, write_shared_file
+
+
+    state = {"a": torch.randn(3, 5), "b": torch.arange(7, dtype=torch.int64), "c": torch.randn(2, 2).bfloat16().t()}
+    path, entries = write_shared_file(state, directory=str(tmp_path))
+    read = dict(read_shared_file(path, entries))
+    assert list(read) == ["a", "b", "c"]
+    assert all(torch.equal(read[k], v) and read[k].dtype == v.dtype for k, v in state.items())
+    assert all(offset % 64 == 0 for _, _, _, offset, _ in entries)
+
+
+def test_each_engine_rank_opens_the_handles_on_its_own_gpu():
+    """rollout.weight_sync=ipc with several learner ranks: one set of handles per learner GPU; an engine
+    rank takes its own GPU's set, else one on a GPU it sees, else a one-line error naming the fix."""
+    from agentrl.weights.transfer import IpcWeights, pick_handle_set
+
+    sets = [IpcWeights("GPU-0"), IpcWeights("GPU-1")]
+    assert pick_handle_set(sets, "GPU-1", ["GPU-0", "GPU-1"]) is sets[1]
+    assert pick_handle_set(sets, "GPU-2", ["GPU-2", "GPU-0"]) is sets[0]
+    with pytest.raises(ValueError, match="rollout.weight_sync=packed"):
+        pick_handle_set(sets, "GPU-5", ["GPU-5"])

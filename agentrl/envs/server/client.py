@@ -193,7 +193,7 @@ def _shard_failure(instance_id: int, message: str) -> dict[str, Any]:
     """The result of an instance whose shard failed: its state is unknown, its episode is over."""
     return {"instance_id": instance_id, "ok": False, "error": message, "obs": "", "reward": 0.0,
             "terminated": False, "truncated": True,
-            "info": {"env_error": message, "won": False, "admissible_actions": []}}
+            "info": {"env_error": message, "won": False, "admissible_actions": [], "server_failure": True}}
 
 
 # ----- the client ------------------------------------------------------------------------------

@@ -97,6 +97,18 @@ class GenerationBackend(abc.ABC):
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Replace the model's weights in place (names as in the Hugging Face ``state_dict``)."""
 
+    def load_weights_ipc(self, handle_sets: Sequence) -> None:
+        """Load weights that stay on the learner's GPUs (:class:`~agentrl.weights.transfer.IpcWeights`, one
+        set per learner GPU): the set on this process's GPU, copied device to device; the copies are done
+        when this returns (the learner may reuse the memory behind the handles after)."""
+        from agentrl.weights.transfer import device_uuid, open_ipc_handles, pick_handle_set
+
+        visible = [device_uuid(i) for i in range(torch.cuda.device_count())]
+        state = open_ipc_handles(pick_handle_set(handle_sets, device_uuid(), visible))
+        self.load_weights(state)
+        torch.cuda.synchronize()
+        del state
+
     def record_hidden(self, index: int | None) -> bool:
         """Record ``hidden_states[index]`` at each prompt's last token in ``Generation.hidden``
         (``None`` stops recording). False when this backend cannot; then nothing is recorded."""

