@@ -5,7 +5,6 @@ are the one CI exercises (scripts/setup.sh) and that every name they use exists.
 
 import importlib
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -115,31 +114,6 @@ def test_relative_markdown_links_resolve():
             if not resolved.exists() and rel(resolved) not in PENDING_DOCS:
                 missing.append((rel(path), target))
     assert not missing, missing
-
-
-SMOKE = ROOT / "scripts" / "gpu_smoke.sh"
-
-
-@pytest.mark.parametrize("recipe_override, backend", [(None, None), ("textcraft_bipace_qwen1.5b", "torch")])
-def test_gpu_smoke_script_parses_and_its_overrides_are_valid_config(recipe_override, backend):
-    """The script's defaults, and the variant run on an H100 (docs/benchmarks.md, GPU smoke)."""
-    subprocess.run(["bash", "-n", str(SMOKE)], check=True)
-    from agentrl.config import load_config
-
-    text = SMOKE.read_text()
-    recipe = recipe_override or re.search(r"RECIPE=\$\{RECIPE:-([\w.\-]+)\}", text).group(1)
-    backend = backend or re.search(r"BACKEND=\$\{SMOKE_BACKEND:-(\w+)\}", text).group(1)
-    sleep_level = re.search(r"SLEEP_LEVEL=\$\{SMOKE_SLEEP_LEVEL:-(\d)\}", text).group(1)
-    args = re.search(r"\nARGS=\(\n(.*?)\n\)", text, re.S).group(1).replace("$BACKEND", backend) \
-        .replace("$SLEEP_LEVEL", sleep_level).split()
-    cfg = load_config(recipe, [a.strip('"') for a in args] + ["trainer.output_dir=/tmp/agentrl-gpu-smoke",
-                                                               "trainer.run_name=smoke"])
-    assert cfg.env.name == ("textcraft" if recipe_override else "alfworld")
-    assert cfg.model.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct" and cfg.model.random_init
-    assert cfg.trainer.iterations == 2 and cfg.trainer.device == "cuda"
-    assert cfg.rollout.backend == backend and cfg.learner.num_ranks == 1
-    assert cfg.rollout.vllm.tensor_parallel_size == 1
-    assert cfg.rollout.vllm.sleep_level == 1     # one GPU: vLLM sleeps through the learner's passes
 
 
 def test_qwen15b_architecture_is_known_for_random_init():

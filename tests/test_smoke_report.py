@@ -1,4 +1,5 @@
-"""scripts/smoke_report.py (the metrics parser of scripts/gpu_smoke.sh), on CPU.
+"""scripts/smoke_report.py, the wrapper of agentrl.runs.smoke_report (the metrics parser of the GPU
+checklist's smoke stage), on CPU.
 
 RUN_RECORD is the iteration record of a real run's metrics.jsonl: `agentrl train
 recipe=textcraft_grpo_tiny` with hidden-64 tiny settings, 1 iteration, 2 tasks x 2 rollouts, the

@@ -10,7 +10,7 @@ from agentrl.estimators import estimator_class, estimator_from_config, registere
 from agentrl.runs.directory import RunDirectory, TrainerState
 from agentrl.runs.task_schedule import TaskSchedule
 from agentrl.training.metrics import rollout_logprob_gap
-from agentrl.training.trainer import guided_advantages, rows_to_train
+from agentrl.training.trainer import checkpoint_due, guided_advantages, rows_to_train
 
 
 @pytest.mark.parametrize("estimator", registered_names())
@@ -59,6 +59,18 @@ def test_trainer_state_round_trip_and_resume_errors(tmp_path):
     run = RunDirectory.create(cfg, "x")
     with pytest.raises(UsageError, match="no trainer_state.json"):
         run.load_latest()
+
+
+@pytest.mark.parametrize("overrides, saved", [
+    ([], [2, 4, 5]),                                                  # every 2, and the last
+    (["trainer.final_checkpoint=false"], [2, 4]),                     # not the last
+    (["trainer.save_every=0"], [5]),
+    (["trainer.save_every=0", "trainer.final_checkpoint=false"], []),   # the smoke runs: none at all
+    (["trainer.iterations=4", "trainer.final_checkpoint=false"], [2]),  # not even when save_every divides it
+])
+def test_checkpoints_are_written_every_save_every_and_at_the_end_unless_switched_off(overrides, saved):
+    cfg = load_config(None, ["trainer.iterations=5", "trainer.save_every=2", *overrides])
+    assert [k for k in range(1, cfg.trainer.iterations + 1) if checkpoint_due(k, cfg.trainer)] == saved
 
 
 def test_rows_to_train_drops_only_zero_advantage_rows_when_asked():

@@ -6,7 +6,8 @@ width and heads from ``model.tiny``), its tokenizer (a BPE of ``tokenizer.vocab_
 on the env's expert text, as the trainer does), its rollout settings (prompt style, history,
 admissible list, ``max_prompt_tokens`` and ``prompt_truncation``, ``max_response_tokens``,
 temperature, top-p/top-k), its ``env.max_steps``, ``env.train_split`` and
-``tasks_per_iteration x group_size`` episodes. Flags override single settings.
+``tasks_per_iteration x group_size`` episodes. Flags override single settings; ``--override
+KEY=VALUE`` any config key (the model's shape and tokenizer too).
 
 * ``engine``: :class:`~agentrl.rollout.engine.RolloutEngine` with the batched torch backend (all
   active envs in one generate call, KV cache, shared prefill of common prompt beginnings);
@@ -66,6 +67,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="where the model runs; cuda also takes paper recipes (random weights of the architecture)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override applied after the flags, to the workload and the model it builds "
+                             "(repeatable), e.g. rollout.vllm.enforce_eager=true on a GPU's first start")
 
 
 def workload(args):
@@ -81,7 +85,7 @@ def workload(args):
             overrides.append(f"{key}={value}")
     if getattr(args, "device", "cpu") == "cuda":
         overrides += ["model.random_init=true", "trainer.device=cuda"]
-    cfg = load_config(args.recipe, overrides)
+    cfg = load_config(args.recipe, overrides + list(getattr(args, "override", None) or []))
     if cfg.model.name_or_path != "tiny" and getattr(args, "device", "cpu") != "cuda":
         raise ValueError(f"{args.recipe} uses {cfg.model.name_or_path}: on CPU agentrl bench rollout measures tiny "
                          "recipes; a paper recipe's shape runs with --device cuda (random weights)")
@@ -255,9 +259,10 @@ def _measure(args) -> dict:
     rows: dict[str, dict[str, float]] = {}
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-rollout-") as model_dir:
-        # the recipe's tokenizer and model whatever the flags (its corpus depends on env.max_steps)
-        model, tokenizer, model_path = _build_model(load_config(args.recipe, ["model.random_init=true"] if paper
-                                                                else []), args.seed, model_dir)
+        # the recipe's tokenizer and model whatever the flags (its corpus depends on env.max_steps), with
+        # the --override items
+        model_cfg = load_config(args.recipe, (["model.random_init=true"] if paper else []) + list(args.override))
+        model, tokenizer, model_path = _build_model(model_cfg, args.seed, model_dir)
         dtype = resolve_dtype(cfg.model.dtype, device)
         if model is None and "torch" in wanted:
             model = TorchBackend.from_pretrained(model_path, device=device, dtype=dtype).model

@@ -13,7 +13,7 @@ from agentrl.errors import UsageError
 import agentrl.cli.commands as commands_pkg
 
 # Order in which commands appear in --help; commands not listed here follow alphabetically.
-COMMAND_ORDER = ("train", "plan", "sft", "eval", "inspect", "sweep", "table", "recipes", "config", "envs", "bench", "export")
+COMMAND_ORDER = ("train", "plan", "sft", "eval", "inspect", "sweep", "table", "recipes", "config", "envs", "bench", "checklist", "export")
 
 
 def discover_commands() -> dict[str, ModuleType]:

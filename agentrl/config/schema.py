@@ -313,8 +313,12 @@ class TrainerConfig:
     run_name: Optional[str] = F(None, "run subdirectory name; null = <recipe>-seed<seed>")
     eval_every: int = F(5, "validate every N iterations; 0 disables", min=0)
     eval_before_train: bool = F(True, "validate once before the first iteration")
-    save_every: int = F(10, "checkpoint every N iterations; 0 = only at the end", min=0)
+    save_every: int = F(10, "checkpoint every N iterations; 0 = only at the end (trainer.final_checkpoint)", min=0)
     keep_checkpoints: int = F(2, "newest checkpoints kept on disk", min=1)
+    final_checkpoint: bool = F(True, "when the last iteration ends, write its checkpoint and export final_model; "
+                               "false = neither (smoke runs and benchmarks that want only the metrics: a 1.5B "
+                               "checkpoint with optimizer state is ~21 GB); checkpoints of earlier iterations "
+                               "(trainer.save_every) are still written")
     resume: str = F("auto", "auto = continue the run in output_dir if it has a checkpoint; never; or a path")
     init_checkpoint: Optional[str] = F(None, "start from this checkpoint or model directory (skips SFT)")
     device: str = F("auto", "auto = cuda when available, else cpu", choices=("auto", "cpu", "cuda"))

@@ -117,27 +117,35 @@ def prepare_initial_model(model_cfg, tokenizer_cfg, out_dir: str | os.PathLike,
             if corpus is None:
                 raise
             tokenizer = train_tokenizer(corpus(), tokenizer_cfg.vocab_size)
-        if is_model_dir(name):
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(name)
-        else:
-            config = qwen25_config(name, vocab_size=max(len(tokenizer), QWEN25_ARCHITECTURES[name]["vocab_size"]))
-        # in the dtype the checkpoint is stored in (bf16 for the Qwen2.5 ones), built on the GPU when
-        # there is one: a random 7B model is then 15 GB written in seconds, not 30 GB after minutes of CPU
-        # initialisation (the same seed gives other weights on a GPU than on a CPU)
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        with torch.random.fork_rng(devices=[]), torch.device(device):
-            torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(config, dtype=stored_dtype(config))
+        model = build_random_model(name, len(tokenizer), seed=seed)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         written = _write_model_dir(model, tokenizer, out_dir)
+        on_gpu = model.device.type == "cuda"
         del model
-        if device == "cuda":
+        if on_gpu:
             torch.cuda.empty_cache()
         return str(written)
     return str(name)
 
 
-__all__ = ["TINY", "is_model_dir", "load_model", "load_tokenizer", "prepare_initial_model", "resolve_dtype",
+def build_random_model(name: str, min_vocab_size: int, seed: int = 0, device: str | None = None) -> PreTrainedModel:
+    """The architecture ``name`` (a known Qwen2.5 hub name, or a model directory whose config is used)
+    with random weights, a vocabulary of at least ``min_vocab_size`` for a known name.
+
+    In the dtype the checkpoint is stored in (bf16 for the Qwen2.5 ones), built on ``device``, by
+    default the GPU when there is one: a random 7B model is then 15 GB in seconds, not 30 GB after
+    minutes of CPU initialisation (the same seed gives other weights on a GPU than on a CPU)."""
+    if is_model_dir(name):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(name)
+    else:
+        config = qwen25_config(name, vocab_size=max(min_vocab_size, QWEN25_ARCHITECTURES[name]["vocab_size"]))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config, dtype=stored_dtype(config))
+
+
+__all__ = ["TINY", "build_random_model", "is_model_dir", "load_model", "load_tokenizer", "prepare_initial_model", "resolve_dtype",
            "stored_dtype"]

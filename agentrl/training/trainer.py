@@ -60,6 +60,15 @@ def rows_to_train(batch, skip_zero_advantage: bool):
     return batch.select(keep), float(keep.float().mean())
 
 
+def checkpoint_due(iteration: int, trainer_cfg) -> bool:
+    """Whether iteration ``iteration`` ends with a checkpoint: every ``trainer.save_every`` iterations,
+    and after the last one unless ``trainer.final_checkpoint`` is off (then not even when
+    ``save_every`` divides it)."""
+    if iteration == trainer_cfg.iterations:
+        return bool(trainer_cfg.final_checkpoint)
+    return bool(trainer_cfg.save_every) and iteration % trainer_cfg.save_every == 0
+
+
 class Trainer:
     def __init__(self, cfg: Config, recipe: str | None):
         self.cfg = cfg
@@ -116,6 +125,7 @@ class Trainer:
             worker_slots=slots.rollout_slots if slots else None, env_slots=slots.env_slots if slots else None)
         self.weights = weight_sync_for(cfg, self.learner, self.rollout, device,
                                        colocated=slots is not None and slots.colocated)
+        self.tracker.status(f"weight sync: {self.weights.name} (rollout.weight_sync={cfg.rollout.weight_sync})")
         check_mode_layout(cfg, self.weights)
         warn_if_uncorrected(cfg)
         self.weights.connect()
@@ -151,6 +161,9 @@ class Trainer:
             self.validate(0)
         self.loop(done + 1)
         self.plot()
+        if not cfg.trainer.final_checkpoint:
+            self.tracker.status("no final checkpoint or final model (trainer.final_checkpoint=false)")
+            return {"run_dir": str(self.run.path), "final_model": None}
         final = self.run.path / "final_model"
         t = time.perf_counter()
         self.learner.export_hf(str(final))
@@ -170,9 +183,8 @@ class Trainer:
                 if cfg.trainer.eval_every and k % cfg.trainer.eval_every == 0:
                     self.validate(k)
                     self.plot()
-                last = k == cfg.trainer.iterations
-                if last or (cfg.trainer.save_every and k % cfg.trainer.save_every == 0):
-                    self.checkpoint(k, wait_for_next=not last)
+                if checkpoint_due(k, cfg.trainer):
+                    self.checkpoint(k, wait_for_next=k != cfg.trainer.iterations)
 
     def iteration(self, k: int) -> dict[str, float]:
         cfg, estimator = self.cfg, self.estimator

