@@ -12,8 +12,14 @@ line naming the rank(s) that did not return, instead of waiting for them forever
 * a rank returned and others have not returned ``learner.collective_timeout_s`` later (a rank that
   stopped after the call's last collective: no peer waits for it, so no collective times out).
 
-Any other failure (an exception on a rank, a rank's process or node lost) is raised at once, as
-``ray.get`` would, without waiting for the ranks still running.
+* a rank's process ended while others still run, and no Ray node is lost within ``died_wait_s``
+  (45 s, as long as a lost node may take to be marked dead): NCCL's watchdog ends a rank that waited
+  ``learner.collective_timeout_s`` in a collective, so the rank still running is the one it waited for.
+  A lost node raises the rank's ``RayActorError`` (the trainer names the node), as does a rank
+  process that ended once every other rank has come back.
+
+Any other failure (an exception on a rank) is raised at once, as ``ray.get`` would, without waiting
+for the ranks still running.
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ import re
 import time
 from typing import Any, Sequence
 
+from agentrl.runtime.ray_start import NODE_DEATH_WAIT_S, lost_nodes
+
 HUNG_PEER_GRACE_S = 5.0     # after a rank's collective timed out: how long the other ranks may take to come back
+NODE_POLL_S = 1.0           # after a rank's process ended: how often Ray's node list is read
 TIMEOUT_TEXT = re.compile(r"timed out|timeout", re.IGNORECASE)
 
 
@@ -62,10 +71,12 @@ def is_collective_timeout(error: BaseException) -> bool:
     return bool(TIMEOUT_TEXT.search(str(cause)))
 
 
-def wait_for_ranks(refs: Sequence[Any], places: Sequence[RankPlace], method: str, timeout_s: float) -> list[Any]:
+def wait_for_ranks(refs: Sequence[Any], places: Sequence[RankPlace], method: str, timeout_s: float,
+                   died_wait_s: float = NODE_DEATH_WAIT_S) -> list[Any]:
     """The results of one call per rank (``refs[i]`` on ``places[i]``), in rank order; raises
     :class:`LearnerHangError` naming the ranks that did not return (see the module docstring)."""
     import ray
+    from ray.exceptions import RayActorError
 
     started = time.monotonic()
     index_of = {ref: i for i, ref in enumerate(refs)}
@@ -74,9 +85,14 @@ def wait_for_ranks(refs: Sequence[Any], places: Sequence[RankPlace], method: str
     deadline = None
     why = ""
     timed_out: list[BaseException] = []     # the ranks' collective timeouts
+    died: list[BaseException] = []          # the ranks whose process ended
     while pending:
+        if died and lost_nodes():
+            raise died[0]       # a node was lost: the trainer names it
         wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+        ready, pending = ray.wait(pending, num_returns=1, timeout=min(wait_s, NODE_POLL_S) if died else wait_s)
+        if not ready and time.monotonic() < deadline:
+            continue            # (after a death) read the node list again
         if not ready:
             hung = sorted(index_of[ref] for ref in pending)
             raise LearnerHangError(
@@ -87,7 +103,16 @@ def wait_for_ranks(refs: Sequence[Any], places: Sequence[RankPlace], method: str
         index = index_of[ready[0]]
         try:
             results[index] = ray.get(ready[0])
+        except RayActorError as err:
+            if not died:
+                deadline = min(deadline or float("inf"), time.monotonic() + died_wait_s)
+                why = (f"rank {index}'s process ended meanwhile ({type(err).__name__}) and no Ray node was lost, "
+                       "as when NCCL's watchdog ends a rank that waited for a peer in a collective")
+            died.append(err)
+            continue
         except Exception as err:  # noqa: BLE001 - a rank's failure, raised below unless its peer hung
+            if died:
+                raise died[0] from None     # a peer's process ended first: the trainer names its node
             if not is_collective_timeout(err):
                 raise
             if not timed_out:
@@ -98,8 +123,8 @@ def wait_for_ranks(refs: Sequence[Any], places: Sequence[RankPlace], method: str
         if deadline is None:
             deadline = time.monotonic() + timeout_s
             why = f"rank {index} had returned {timeout_s:g} s earlier"
-    if timed_out:       # every rank came back: a rank's collective timeout is its own error
-        raise timed_out[0]
+    if died or timed_out:       # every rank came back: a rank's own failure
+        raise (died or timed_out)[0]
     return results
 
 

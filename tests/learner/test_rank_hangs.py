@@ -87,3 +87,28 @@ def test_a_rank_failure_that_is_not_a_timeout_is_raised_at_once(ray_cluster):
         assert time.monotonic() - start < 10
     finally:
         ray.cancel(waiting, force=True)
+
+
+def test_a_rank_whose_process_ended_names_the_rank_still_running_when_no_node_was_lost(ray_cluster):
+    """What NCCL's watchdog does on GPUs: it ends the process of a rank that waited
+    learner.collective_timeout_s in a collective; the rank it waited for is still running."""
+    @ray.remote(num_cpus=0)
+    class Rank:
+        def run(self, seconds):
+            time.sleep(seconds)
+            return seconds
+
+    ended, running = Rank.remote(), Rank.remote()
+    try:
+        refs = [ended.run.remote(60), running.run.remote(60)]
+        ray.kill(ended)
+        start = time.monotonic()
+        with pytest.raises(LearnerHangError) as err:
+            wait_for_ranks(refs, PLACES, "update", timeout_s=300.0, died_wait_s=2.0)
+        assert 2.0 <= time.monotonic() - start < 10
+    finally:
+        ray.kill(running)
+    assert re.fullmatch(r"learner rank 1 \(node 192\.0\.2\.2, pid 22\) did not return from update in [\d.]+ s: rank 0's "
+                        r"process ended meanwhile \(\w+\) and no Ray node was lost, as when NCCL's watchdog ends a rank "
+                        r"that waited for a peer in a collective \(learner\.collective_timeout_s=300\); its process is "
+                        r"stopped or stuck outside the learner's collectives", str(err.value)), str(err.value)
