@@ -10,8 +10,7 @@ line naming the rank(s) that did not return, instead of waiting for them forever
 * a rank failed with a collective timeout and others have not returned ``min(5 s, timeout)``
   later (the other waiting ranks time out at about the same moment);
 * a rank returned and others have not returned ``learner.collective_timeout_s`` later (a rank that
-  stopped after the call's last collective: no peer waits for it, so no collective times out).
-
+  stopped after the call's last collective: no peer waits for it, so no collective times out);
 * a rank's process ended while others still run, and no Ray node is lost within ``died_wait_s``
   (45 s, as long as a lost node may take to be marked dead): NCCL's watchdog ends a rank that waited
   ``learner.collective_timeout_s`` in a collective, so the rank still running is the one it waited for.
