@@ -4,7 +4,9 @@ commands of docs/multinode.md ("Placement"). `agentrl train` through RAY_ADDRESS
 rank 0 on node A and rank 1 on node B, the rollout worker on B and the env pool on A; its losses
 equal a one-node run's; killing node B mid-run (after the second checkpoint) ends the run with one
 line naming the lost node and leaves the last checkpoint loadable; with node B back the same
-command resumes and finishes. The one-node run is tests/conftest.py::two_rank_run (the same
+command resumes and finishes. With node B in a mount namespace of its own, where a tmpfs hides the
+run's output directory (a node that does not share trainer.output_dir), the run is refused at
+start in one line naming rank 1 and node B. The one-node run is tests/conftest.py::two_rank_run (the same
 settings, also checked by tests/test_train_cli.py)."""
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import psutil
 import pytest
@@ -69,7 +72,9 @@ class LoopbackCluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, index: int) -> None:
+    def start(self, index: int, inside: Sequence[str] = ()) -> None:
+        """Start node ``index`` of the documented lines; ``inside``: a command its `ray start` runs under
+        (e.g. in a mount namespace of its own: the node's daemons and workers inherit it)."""
         line = self.lines[index].replace("6379", str(self.port)).replace("8265", str(self.dashboard_port))
         line = line.replace("HEAD_IP", "127.0.0.1")
         args = shlex.split(line)
@@ -77,7 +82,7 @@ class LoopbackCluster:
             args.append(f"--temp-dir={self.dir / 'ray'}")
         name = re.search(r'"(node_\w+)"', line).group(1)
         ray_bin = str(Path(sys.executable).parent / "ray")
-        proc = subprocess.Popen([ray_bin, *args[1:]], env=self.env, start_new_session=True,
+        proc = subprocess.Popen([*inside, ray_bin, *args[1:]], env=self.env, start_new_session=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out, _ = proc.communicate(timeout=180)
         assert proc.returncode == 0, out[-3000:]
@@ -220,3 +225,47 @@ def test_a_placement_resource_that_no_node_offers_is_refused_in_one_line(tmp_pat
     assert rc == 2, out[-2000:]
     assert "agentrl: error: placement.rollout names the Ray resource 'node_z', which no node of the cluster offers " \
            "(offered: none); start a node with `ray start --address ... --resources='{\"node_z\": 1}'`" in out, out[-2000:]
+
+
+def mount_namespace_problem(directory: Path) -> str | None:
+    """Why a process cannot get a mount namespace of its own with a tmpfs over ``directory`` here, or None."""
+    try:
+        probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                f"mount -t tmpfs none {shlex.quote(str(directory))}"],
+                               capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return "no unshare command"
+    return None if probe.returncode == 0 else (probe.stderr.strip() or f"exit code {probe.returncode}")
+
+
+def test_a_node_that_does_not_share_the_output_dir_is_refused_at_start(tmp_path, tiny_start_model):
+    """Node B's raylet (and so every worker it starts) runs in a mount namespace where an empty tmpfs
+    lies over trainer.output_dir: a real filesystem that node A's processes do not share."""
+    out = tmp_path / "out"
+    out.mkdir()
+    problem = mount_namespace_problem(out)
+    if problem:
+        pytest.skip(f"needs a mount namespace (unshare --mount, as root or with CAP_SYS_ADMIN) for a node-local "
+                    f"filesystem: {problem}")
+    ray_lines, train_lines = doc_commands()
+    cluster = LoopbackCluster(ray_lines)
+    try:
+        cluster.start(0)
+        cluster.start(1, inside=["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                 f'mount -t tmpfs none {shlex.quote(str(out))} && exec "$@"', "sh"])
+        env = {**cluster.env, "RAY_ADDRESS": cluster.address}
+        rc, output = run(cluster_train_args(train_lines[0], out, tiny_start_model, 2), env, timeout=600)
+    finally:
+        cluster.stop()
+    assert rc == 2, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("agentrl: error:")]
+    assert len(errors) == 1 and "Traceback" not in output, output[-3000:]
+    assert re.fullmatch(rf"agentrl: error: trainer\.output_dir is not one directory for every learner rank: in "
+                        rf"{re.escape(str(out / 'run'))}, learner rank 1 \(node [\d.]+ \[node_b\], pid \d+\) does not "
+                        r"see the marker this process wrote there \(no directory of that path on its node\)\. Each "
+                        r"rank writes its share of every checkpoint there, .*; put trainer\.output_dir on a filesystem "
+                        r"that every node mounts at the same path \(e\.g\. NFS\), or run the learner ranks on this "
+                        r"node \(placement\.learner naming a resource of this node\)", errors[0]), errors[0]
+    # refused before any checkpoint, and no marker left behind
+    assert not (out / "run" / "checkpoints").exists()
+    assert not [p for p in (out / "run").iterdir() if p.name.startswith(".agentrl-shared-check")]

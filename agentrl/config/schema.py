@@ -232,6 +232,13 @@ class LearnerConfig:
                            "on CPU); 0 = torch's default (every core) with trainer.mode=sync; with one_step_off or async "
                            "one share of the cores (rollout.num_workers + 1 shares) while a rollout call runs and "
                            "every core while none does", min=0)
+    collective_timeout_s: float = F(300.0, "with learner.num_ranks > 1: how long a rank waits in a collective for "
+                                    "the others (the process group's timeout, gloo and NCCL) and how long the "
+                                    "trainer waits for a rank that has not returned after another one timed out or "
+                                    "returned; then the run stops with one line naming the rank. Must exceed the "
+                                    "longest time one rank legitimately runs ahead of the others: a model load that "
+                                    "is slower on one node, rank 0's share of a checkpoint or export "
+                                    "(docs/reliability.md)", gt=0)
     lr: float = F(1e-6, "actor learning rate", gt=0)
     weight_decay: float = F(0.0, "AdamW weight decay", min=0)
     warmup_steps: int = F(0, "linear learning-rate warmup (optimizer steps)", min=0)

@@ -50,6 +50,8 @@ def _is_model_dir(path: Path) -> bool:
 
 def _export_checkpoint(run_dir: Path, checkpoint: Path, log: Callable[[str], None]) -> Path:
     """A learner checkpoint written once as a model directory under ``<run>/eval/``."""
+    # absolute: the learner ranks (Ray actors) run in the directory of their node's `ray start`
+    run_dir, checkpoint = run_dir.absolute(), checkpoint.absolute()
     from agentrl.config import load_config
     from agentrl.runs.directory import TrainerState
 
@@ -63,7 +65,7 @@ def _export_checkpoint(run_dir: Path, checkpoint: Path, log: Callable[[str], Non
 
     log(f"exporting {checkpoint} to {out}")
     start_ray(cfg)
-    learner = LearnerGroup(cfg, state.model_dir)
+    learner = LearnerGroup(cfg, state.model_dir, shared_directory=str(run_dir))
     try:
         learner.load_checkpoint(str(checkpoint / "learner"))
         learner.export_hf(str(out))

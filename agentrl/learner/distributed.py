@@ -11,13 +11,18 @@ DeepSpeed's CPU accelerator builds a shared-memory all-reduce extension (``deeps
 with a C++ JIT compile the first time a process group is created (about 40 s on a fresh machine).
 The learner's collectives are few and small, so by default that extension is switched off and
 gloo does the work; ``learner.cpu_shm_comm=true`` turns it back on.
+
+The group's timeout is ``learner.collective_timeout_s`` (not DeepSpeed's 30 minutes): a rank that
+waits that long in a collective for a peer raises (gloo; NCCL's watchdog ends the process), and the
+trainer names the rank that did not come (:mod:`agentrl.learner.rank_calls`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -64,8 +69,9 @@ def rank_from_env() -> RankInfo:
     return RankInfo(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
 
 
-def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
-    """Create (once per process) the default process group through DeepSpeed."""
+def init_process_group(device: str, cpu_shm_comm: bool = False, timeout_s: Optional[float] = None) -> RankInfo:
+    """Create (once per process) the default process group through DeepSpeed; ``timeout_s``: how long
+    a collective (and the rendezvous) waits for the other ranks (None: DeepSpeed's default, 30 min)."""
     import deepspeed
     import deepspeed.ops
 
@@ -83,10 +89,10 @@ def init_process_group(device: str, cpu_shm_comm: bool = False) -> RankInfo:
     # wraps the existing group
     from deepspeed.constants import default_pg_timeout
 
+    timeout = default_pg_timeout if timeout_s is None else datetime.timedelta(seconds=timeout_s)
     store = store_at(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
-                     info.rank == 0, default_pg_timeout)
-    dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.world_size,
-                            timeout=default_pg_timeout)
+                     info.rank == 0, timeout)
+    dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.world_size, timeout=timeout)
     deepspeed.init_distributed(dist_backend=backend, verbose=False)
     return info
 

@@ -133,7 +133,7 @@ class Learner:
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
         self.device = resolve_device(cfg.trainer.device)
-        self.ranks = distributed.init_process_group(self.device, lc.cpu_shm_comm)
+        self.ranks = distributed.init_process_group(self.device, lc.cpu_shm_comm, lc.collective_timeout_s)
         warn_if_zero3_on_one_rank(lc.zero_stage, self.ranks.world_size)
         precision = lc.precision if lc.precision != "auto" else ("bf16" if self.device == "cuda" else "fp32")
         self.bf16 = precision == "bf16"

@@ -13,6 +13,12 @@ methods either way:
 * ``packed_weights_for_rollout()``, ``state_dict_for_rollout()``, ``export_hf(dir)``: collective;
   rank 0's result is returned;
 * ``save_checkpoint(dir)`` / ``load_checkpoint(dir)``: collective.
+
+Every call to the ranks waits with a bound on a rank that never returns (``learner.collective_timeout_s``,
+:mod:`agentrl.learner.rank_calls`): :class:`LearnerHangError` names it, and the group is then broken
+(``shutdown`` kills the ranks without asking them to close). Given a ``shared_directory`` (the run
+directory), the ranks first prove that they see the directory this process writes
+(:mod:`agentrl.runs.shared_directory`), before any model is loaded.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from agentrl.estimators.base import LossOptions
 from agentrl.runtime.denormals import denormals_flushed, flush_denormals
 from agentrl.runtime.rendezvous import reserve_store
 from agentrl.learner.engine import Learner, resolve_device
+from agentrl.learner.rank_calls import LearnerHangError, RankPlace, wait_for_ranks
+from agentrl.runs.shared_directory import check_shared_directory, view_of_directory
 from agentrl.runtime.actor_slots import ActorSlot, actor_options, slot_at
-from agentrl.runtime.ray_start import init_local_ray
+from agentrl.runtime.ray_start import custom_resources, init_local_ray
 from agentrl.weights import PackedWeights
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
@@ -43,6 +51,15 @@ class LearnerRank:
         os.environ.update(env)
         flush_denormals()    # before torch starts this process's threads
         self.learner: Optional[Learner] = None
+
+    def place(self) -> tuple[str, str, int]:
+        """This rank's node address, Ray node id and process id."""
+        import ray
+
+        return ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def view_of_directory(self, directory: str, nonce: str, rank: int) -> dict[str, Any]:
+        return view_of_directory(directory, nonce, rank)
 
     def serve_store(self, world_size: int) -> tuple[str, int]:
         """This node's address and the port of a rendezvous store this rank serves, bound now."""
@@ -66,15 +83,27 @@ class LearnerRank:
         return denormals_flushed()
 
 
+def rank_places(places: Sequence[tuple[str, str, int]]) -> list[RankPlace]:
+    """:class:`RankPlace` of each rank from its ``LearnerRank.place()``, with its node's custom resources."""
+    import ray
+
+    resources = {node["NodeID"]: tuple(custom_resources(node)) for node in ray.nodes() if node.get("Alive")}
+    return [RankPlace(rank, address, resources.get(node_id, ()), pid)
+            for rank, (address, node_id, pid) in enumerate(places)]
+
+
 class LearnerGroup:
     """The learner ranks behind one handle: in-process for one rank, Ray actors for more."""
 
     def __init__(self, cfg: Config, model_path: str, tokenizer_path: Optional[str] = None,
-                 slots: Optional[Sequence[ActorSlot]] = None):
+                 slots: Optional[Sequence[ActorSlot]] = None, shared_directory: Optional[str] = None):
         self.cfg = cfg
         self.num_ranks = cfg.learner.num_ranks
+        self.collective_timeout_s = cfg.learner.collective_timeout_s
         self.local: Optional[Learner] = None
         self.actors: list[Any] = []
+        self.places: list[RankPlace] = []
+        self.broken = False         # a rank hung: the others' process group is unusable
         if self.num_ranks == 1:
             self.local = Learner(cfg, model_path, tokenizer_path)
             self.init_seconds = self.local.init_seconds
@@ -92,27 +121,41 @@ class LearnerGroup:
                                                            resources=cfg.placement.learner, index=r)
                                            ).remote({**base_env, "RANK": str(r)})
                        for r in range(self.num_ranks)]
-        address, port = ray.get(self.actors[0].serve_store.remote(self.num_ranks))
-        envs = [{**base_env, "RANK": str(r), "MASTER_ADDR": address, "MASTER_PORT": str(port),
-                 # each actor sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES), so it is device 0
-                 "LOCAL_RANK": "0" if gpu else str(r)} for r in range(self.num_ranks)]
-        seconds = ray.get([a.start.remote(cfg, model_path, tokenizer_path, env) for a, env in zip(self.actors, envs)])
+        try:
+            self.places = rank_places(ray.get([a.place.remote() for a in self.actors]))
+            if shared_directory is not None:
+                check_shared_directory(shared_directory, self.places, lambda directory, nonce: ray.get(
+                    [a.view_of_directory.remote(directory, nonce, r) for r, a in enumerate(self.actors)]))
+            address, port = ray.get(self.actors[0].serve_store.remote(self.num_ranks))
+            envs = [{**base_env, "RANK": str(r), "MASTER_ADDR": address, "MASTER_PORT": str(port),
+                     # each actor sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES), so it is device 0
+                     "LOCAL_RANK": "0" if gpu else str(r)} for r in range(self.num_ranks)]
+            seconds = self._wait([a.start.remote(cfg, model_path, tokenizer_path, env)
+                                  for a, env in zip(self.actors, envs)], "start")
+        except BaseException:
+            self.broken = True      # nothing to close on ranks that did not start: kill them
+            self.shutdown()
+            raise
         self.init_seconds = max(seconds)
 
-    def _all(self, method: str, *args: Any) -> list[Any]:
-        import ray
+    def _wait(self, refs: list[Any], method: str) -> list[Any]:
+        """Every rank's result of ``method`` (``refs`` in rank order), a rank that never returns reported."""
+        try:
+            return wait_for_ranks(refs, self.places, method, self.collective_timeout_s)
+        except LearnerHangError:
+            self.broken = True
+            raise
 
-        return ray.get([a.call.remote(method, *args) for a in self.actors])
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        return self._wait([a.call.remote(method, *args) for a in self.actors], method)
 
     def compute_logprobs(self, batch: StepBatch, hidden_layer: Optional[int] = None) -> StepBatch:
         """``old_logprobs``, ``ref_logprobs`` and (with ``hidden_layer``) ``hidden`` of every row."""
         if self.local is not None:
             return self.local.compute_logprobs(batch, hidden_layer)
-        import ray
-
         shards = torch.tensor_split(torch.arange(len(batch)), self.num_ranks)
-        parts = ray.get([a.logprob_columns.remote(batch.select(rows), hidden_layer)
-                         for a, rows in zip(self.actors, shards)])
+        parts = self._wait([a.logprob_columns.remote(batch.select(rows), hidden_layer)
+                            for a, rows in zip(self.actors, shards)], "compute_logprobs")
         columns = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
         return batch.with_columns(**columns)
 
@@ -217,17 +260,19 @@ class LearnerGroup:
 
     def shutdown(self) -> None:
         """Close every rank's process group, then stop the rank actors. Runs after failures too, so
-        a rank that cannot be reached any more is only killed."""
+        a rank that cannot be reached any more is only killed; after a hang (``broken``) every rank
+        is only killed: a hung rank never takes the close call, and its peers' group is unusable."""
         if self.local is not None:
             self.local.close()
             self.local = None
             return
         import ray
 
-        try:
-            ray.get([a.call.remote("close") for a in self.actors], timeout=SHUTDOWN_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - a dead or hung rank must not hide the error that stopped the run
-            pass
+        if not self.broken:
+            try:
+                ray.get([a.call.remote("close") for a in self.actors], timeout=SHUTDOWN_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - a dead or hung rank must not hide the error that stopped the run
+                pass
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []

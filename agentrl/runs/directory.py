@@ -59,7 +59,8 @@ class RunDirectory:
     @classmethod
     def create(cls, cfg: Config, recipe: str | None) -> "RunDirectory":
         name = cfg.trainer.run_name or f"{Path(recipe).stem if recipe else 'default'}-seed{cfg.trainer.seed}"
-        path = Path(cfg.trainer.output_dir).expanduser() / name
+        # absolute: a learner rank (a Ray actor) runs in the directory its node's `ray start` ran in
+        path = Path(cfg.trainer.output_dir).expanduser().absolute() / name
         run = cls(path, cfg)
         has_checkpoint = (run.checkpoints / "latest").is_file()
         if has_checkpoint and cfg.trainer.resume == "never":

@@ -76,16 +76,21 @@ def check_placement(cfg) -> None:
                                  f"`ray start --address ... --resources='{{\"{name}\": 1}}'` or change placement.{role}")
 
 
+def lost_nodes() -> list[dict]:
+    """The dead nodes (``ray.nodes()`` entries) that were alive when this run started (every dead node
+    when the run noted none, :func:`remember_nodes`): a cluster keeps listing nodes lost before it."""
+    import ray
+
+    return [n for n in ray.nodes() if not n.get("Alive") and (not _NODE_RESOURCES or n["NodeID"] in _NODE_RESOURCES)]
+
+
 def lost_node_text(error: BaseException, wait_s: float = NODE_DEATH_WAIT_S) -> str:
     """One line on the Ray node that an actor error came from, when Ray marks one dead within
     ``wait_s`` (its id, address and custom resources), else the error's last line."""
-    import ray
-
     last = (str(error).strip().splitlines() or [type(error).__name__])[-1]
     deadline = time.monotonic() + wait_s
     while True:
-        # nodes that were alive when this run started (a cluster keeps listing nodes lost before it)
-        dead = [n for n in ray.nodes() if not n.get("Alive") and (not _NODE_RESOURCES or n["NodeID"] in _NODE_RESOURCES)]
+        dead = lost_nodes()
         if dead:
             break
         if time.monotonic() >= deadline:

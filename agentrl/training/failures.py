@@ -13,6 +13,10 @@ line that names the cause and the fix (docs/reliability.md).
   calls that may never finish; calls and groups in flight run again after the resume.
 * A lost actor (a learner rank or a rollout worker whose process or node died) stops the run
   naming the node and the last complete checkpoint: nothing more can be saved.
+* A hung learner rank (one that did not return from a collective call within
+  ``learner.collective_timeout_s`` of its peers, :mod:`agentrl.learner.rank_calls`) stops the run
+  naming the rank and the last complete checkpoint: the other ranks' process group is unusable, so
+  nothing more can be saved either.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from agentrl.errors import UsageError
+from agentrl.learner.rank_calls import LearnerHangError
 from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.workers import RolloutHangError
 
@@ -49,6 +54,8 @@ class FailureStop:
             yield
         except (EnvFailureLimitError, RolloutHangError) as err:
             self.rollout_failed(iteration, finished(), err)
+        except LearnerHangError as err:
+            self.learner_hung(iteration, err)
         except ray_failures() as err:     # an actor's process or its whole Ray node was lost
             self.actor_lost(iteration, err)
 
@@ -74,6 +81,17 @@ class FailureStop:
         raise UsageError(f"training stopped in iteration {iteration}: {message}; {saved}; run the same command "
                          f"again to resume once {healthy}") from None
 
+    def last_complete(self) -> str:
+        latest = self.latest()
+        return (f"checkpoint {self.run.checkpoints / latest} is the last complete one" if latest
+                else "no checkpoint had been written")
+
+    def learner_hung(self, iteration: int, err: LearnerHangError) -> None:
+        """Stop with one line naming the hung rank(s) and the last complete checkpoint."""
+        self.tracker.status(f"stopped in iteration {iteration}: {err}")
+        raise UsageError(f"training stopped in iteration {iteration}: {err}; {self.last_complete()}; check that "
+                         "node's processes (and GPU), then run the same command again to resume") from None
+
     def actor_lost(self, iteration: int, err: Exception) -> None:
         """Stop with one line naming the lost node and the last complete checkpoint."""
         from ray.exceptions import RayActorError
@@ -83,11 +101,8 @@ class FailureStop:
         what = lost_node_text(err)
         if not isinstance(err, RayActorError) and not what.startswith("lost "):
             raise err       # a task failed on a healthy cluster: not a lost node
-        latest = self.latest()
-        saved = (f"checkpoint {self.run.checkpoints / latest} is the last complete one" if latest
-                 else "no checkpoint had been written")
         self.tracker.status(f"stopped in iteration {iteration}: {what}")
-        raise UsageError(f"training stopped in iteration {iteration}: {what}; {saved}; bring the node back "
+        raise UsageError(f"training stopped in iteration {iteration}: {what}; {self.last_complete()}; bring the node back "
                          "(ray start --address ...) or point placement.* at live nodes, then run the same command "
                          "again to resume") from None
 

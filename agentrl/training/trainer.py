@@ -113,7 +113,9 @@ class Trainer:
         device = self.learner_device()
         on_cpu_here = prepare_local_learner(cfg, device)     # a one-rank CPU learner runs in this process
         slots = self.placement
-        self.learner = LearnerGroup(cfg, model_dir, slots=slots.learner_slots if slots else None)
+        # the ranks write their checkpoint files into the run directory: they prove first that it is this one
+        self.learner = LearnerGroup(cfg, model_dir, slots=slots.learner_slots if slots else None,
+                                    shared_directory=str(self.run.path))
         self.memory = GpuMemory.for_device(device)
         self.rollout = RolloutWorkerGroup(
             model_dir, cfg.rollout, cfg.env, device=device, env_url=cfg.env.server_url,

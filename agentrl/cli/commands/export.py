@@ -31,7 +31,9 @@ def run(args) -> int:
     rest = [a for a in args.args if a.split("=", 1)[0] not in ("checkpoint", "out")]
     if "checkpoint" not in options or "out" not in options:
         raise UsageError("export needs checkpoint=DIR and out=DIR")
-    ckpt = _checkpoint_dir(Path(options["checkpoint"]).expanduser())
+    # absolute: the learner ranks (Ray actors) run in the directory of their node's `ray start`
+    ckpt = _checkpoint_dir(Path(options["checkpoint"]).expanduser().absolute())
+    out = str(Path(options["out"]).expanduser().absolute())
     run_dir = ckpt.parent.parent
     from agentrl.config import load_config
     from agentrl.runs.directory import TrainerState
@@ -44,10 +46,10 @@ def run(args) -> int:
     state = TrainerState.from_json((ckpt / "trainer_state.json").read_text())
     from agentrl.learner.group import LearnerGroup
 
-    learner = LearnerGroup(cfg, state.model_dir)
+    learner = LearnerGroup(cfg, state.model_dir, shared_directory=str(run_dir))
     try:
         learner.load_checkpoint(str(ckpt / "learner"))
-        learner.export_hf(options["out"])
+        learner.export_hf(out)
     finally:
         learner.shutdown()
     print(json.dumps({"checkpoint": str(ckpt), "iteration": state.iteration, "out": options["out"]}))
