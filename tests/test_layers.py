@@ -17,9 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 LAYERS = [
     {"__init__", "errors", "data"},
     {"envs", "models", "estimators", "runtime", "weights", "warmstart.options"},
-    {"config", "rollout", "runs", "placement"},
+    {"config", "rollout", "runs", "placement", "gateway", "agents"},
     {"learner", "warmstart"},
-    {"training", "evaluation", "bench"},
+    {"training", "evaluation", "bench", "checklist"},
     {"cli"},
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}

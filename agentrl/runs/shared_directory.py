@@ -76,10 +76,8 @@ def check_shared_directory(directory: str, places: Sequence[Any],
                            views_of: Callable[[str, str], list[dict[str, Any]]]) -> None:
     """Refuse (``UsageError``, one line) unless every rank sees ``directory`` as this process does.
 
-    ``places``: each rank's :class:`~agentrl.learner.rank_calls.RankPlace`; ``views_of(directory,
-    nonce)``: every rank's :func:`view_of_directory`, in rank order."""
-    from agentrl.learner.rank_calls import describe_ranks
-
+    ``places``: each rank's :class:`~agentrl.learner.rank_calls.RankPlace` (anything with ``describe()``);
+    ``views_of(directory, nonce)``: every rank's :func:`view_of_directory`, in rank order."""
     path = Path(directory).absolute()
     nonce = uuid.uuid4().hex
     marker = driver_marker(path, nonce)
@@ -91,7 +89,7 @@ def check_shared_directory(directory: str, places: Sequence[Any],
             if problem is None and not _reads_within(rank_marker(path, nonce, view["rank"]), nonce, VISIBLE_WITHIN_S):
                 problem = "wrote a marker there that this process does not see"
             if problem is not None:
-                problems.append(f"{describe_ranks([place])} {problem}")
+                problems.append(f"learner rank {place.describe()} {problem}")
     finally:
         marker.unlink(missing_ok=True)
         for rank in range(len(places)):
