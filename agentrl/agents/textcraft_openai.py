@@ -1,6 +1,7 @@
 """TextCraft played by an agent written with the ``openai`` client, as an outside author would write it.
 
-    agentrl train recipe=textcraft_grpo_tiny rollout.agent=agentrl.agents.textcraft_openai:run_episode
+    agentrl train recipe=textcraft_grpo_tiny rollout.agent=agentrl.agents.textcraft_openai:run_episode \
+    rollout.expert_guidance=false
 
 Each step: the prompt that agentrl's own loop would show (the same task line, history window,
 admissible actions and ``<think>``/``<action>`` instruction, as one user message), one chat call,
