@@ -99,7 +99,7 @@ class AgentEngine(RolloutEngine):
         env = EnvSession(self.client, instance_id, task, self.env_cfg.step_timeout_s) if self.client else None
         context = AgentTask(task, self.gateway.base_url, episode.key, self.gateway.model_name, env,
                             self.env_cfg.max_steps, seed=seed * 1_000_003 + traj_id, env_name=self.env_name,
-                            traj_id=traj_id)
+                            traj_id=traj_id, extra={"loop": self.loop_settings()})
         box: dict[str, Any] = {}
 
         def play() -> None:
@@ -111,6 +111,14 @@ class AgentEngine(RolloutEngine):
         thread = threading.Thread(target=play, name=f"agent-{traj_id}", daemon=True)
         thread.start()
         return thread, episode, box
+
+    def loop_settings(self) -> dict[str, Any]:
+        """agentrl's own loop's prompt and reward settings, for an agent that mirrors it
+        (``AgentTask.extra["loop"]``; the example agents read them)."""
+        rollout, env = self.rollout_cfg, self.env_cfg
+        return {"history_length": env.history_length, "think": rollout.enable_thinking, "style": rollout.prompt_style,
+                "count_repeats": env.history_count_repeats, "show_admissible": rollout.show_admissible,
+                "success_reward": env.success_reward, "invalid_action_penalty": rollout.invalid_action_penalty}
 
     def _records(self, episode: GatewayEpisode, outcome, task: TaskRef, group_id: int, traj_id: int
                  ) -> list[dict[str, Any]]:

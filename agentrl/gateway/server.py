@@ -224,11 +224,7 @@ class Gateway:
         sampling, seeded = self._sampling(body, len(prompt.ids), episode)
         generation, version = await asyncio.wrap_future(self.batcher.submit(prompt.ids, sampling, seeded))
         ids = list(generation.token_ids)
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        for stop_id in self.stop_token_ids:      # the stop token ends the reply, it is not its text
-            stop_text = self.tokenizer.decode([stop_id], skip_special_tokens=False)
-            if ids and ids[-1] == stop_id and text.endswith(stop_text):
-                text = text[:-len(stop_text)]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)    # as OpenAI servers do (vLLM's default)
         for stop in sampling.stop_strings:       # OpenAI leaves a matched stop string out of the content
             if generation.finish_reason == "stop" and text.endswith(stop):
                 text = text[:-len(stop)]
