@@ -42,7 +42,8 @@ class AgentEngine(RolloutEngine):
         self.gateway = Gateway(backend, tokenizer, host=host,
                                max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
                                default_max_tokens=rollout_cfg.max_response_tokens,
-                               stop_token_ids=self.stop_token_ids)
+                               stop_token_ids=self.stop_token_ids, max_prompt_tokens=rollout_cfg.max_prompt_tokens,
+                               prompt_truncation=rollout_cfg.prompt_truncation)
         # weights that arrived during a wave are loaded between two engine calls; each call's steps carry
         # the version that generated them
         self.gateway.batcher.before_generate = lambda: self.before_generate() if self.before_generate else None
@@ -57,6 +58,7 @@ class AgentEngine(RolloutEngine):
         slots = [(task, group_id, traj_id, iid) for (task, group_id, traj_id), iid in zip(envs, self.instance_ids)]
         self.mark(f"agents playing {len(slots)} episodes (env instances {self.instance_ids[:len(slots)]})")
         runs = [self._start(task, traj_id, iid, seed) for task, _, traj_id, iid in slots]
+        self.gateway.batcher.expected = lambda: sum(thread.is_alive() for thread, _, _ in runs)
         deadline = time.monotonic() + float(self.rollout_cfg.agent_timeout_s)
         for thread, _, _ in runs:
             thread.join(max(0.0, deadline - time.monotonic()))

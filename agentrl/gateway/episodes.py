@@ -98,12 +98,19 @@ def anchor_of(messages: Sequence[dict[str, Any]], given: Any = None) -> str:
 
 
 class Batcher:
-    """Generation calls of many requests put together: requests that arrive within ``wait_s`` of each
-    other (at most ``max_batch``) and sample alike go into one ``backend.generate`` call, on a thread
-    of their own (the backend is not thread-safe)."""
+    """Generation calls of many requests put together, on a thread of their own (the backend is not
+    thread-safe): requests that sample alike go into one ``backend.generate`` call of at most
+    ``max_batch``. When the number of agents that may call is known (``expected``, the rollout's
+    agents still playing) a batch goes as soon as all of them wait, or ``max_wait_s`` after its first
+    request (an agent busy elsewhere, or hung); otherwise while requests keep coming, each within
+    ``wait_s`` of the previous one."""
 
-    def __init__(self, backend: GenerationBackend, max_batch: int = 64, wait_s: float = 0.005, seed: int = 0):
-        self.backend, self.max_batch, self.wait_s = backend, int(max_batch), float(wait_s)
+    def __init__(self, backend: GenerationBackend, max_batch: int = 256, wait_s: float = 0.02, seed: int = 0,
+                 max_wait_s: float = 1.0):
+        self.backend, self.max_batch, self.wait_s, self.max_wait_s = backend, int(max_batch), float(wait_s), max_wait_s
+        #: how many requests may come at most (the agents still playing; 0: unknown): a batch that has them
+        #: all goes at once
+        self.expected: Any = lambda: 0
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self.calls = 0          # engine calls so far
         self.next_seed = int(seed)
@@ -129,10 +136,16 @@ class Batcher:
             if first is None:
                 return
             batch = [first]
-            deadline = time.monotonic() + self.wait_s
-            while len(batch) < self.max_batch:
+            # collect while requests keep coming (each arrival waits wait_s more, up to max_wait_s in all)
+            # or until every agent that may call is waiting (expected())
+            start = time.monotonic()
+            while len(batch) < min(self.max_batch, self.expected() or self.max_batch):
+                left = start + self.max_wait_s - time.monotonic()
+                timeout = min(left, self.wait_s) if not self.expected() else left
+                if timeout <= 0:
+                    break
                 try:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    item = self._queue.get(timeout=timeout)
                 except queue.Empty:
                     break
                 if item is None:

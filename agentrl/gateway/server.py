@@ -102,7 +102,8 @@ class Gateway:
 
     def __init__(self, backend: GenerationBackend, tokenizer: Any, *, model_name: str = "agentrl-policy",
                  host: str = "127.0.0.1", port: int = 0, max_model_len: int = 4096, default_max_tokens: int = 256,
-                 stop_token_ids: tuple[int, ...] = (), max_batch: int = 64, batch_wait_s: float = 0.005, seed: int = 0):
+                 stop_token_ids: tuple[int, ...] = (), max_batch: int = 256, batch_wait_s: float = 0.02, seed: int = 0,
+                 max_prompt_tokens: int | None = None, prompt_truncation: str = "error"):
         self.tokenizer, self.model_name = tokenizer, model_name
         self.renderer = ConversationRenderer(tokenizer)
         self.episodes = EpisodeRegistry()
@@ -114,6 +115,9 @@ class Gateway:
         self.policy_version = 0
         #: set while training: temperature, top-p, top-k and the response cap of every call come from it
         self.sampling: SamplingParams | None = None
+        #: rollout.max_prompt_tokens and rollout.prompt_truncation (left: keep a long prompt's last tokens)
+        self.max_prompt_tokens, self.prompt_truncation = int(max_prompt_tokens or 0), prompt_truncation
+        self.truncated_prompts = 0
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, port), family=family, backlog=256)
         self.host, self.port = host, self.socket.getsockname()[1]
@@ -221,6 +225,12 @@ class Gateway:
         with episode.lock:
             sampled = list(episode.sampled)
         prompt = self.renderer.prompt(messages, tools, sampled)
+        if self.max_prompt_tokens and len(prompt.ids) > self.max_prompt_tokens:
+            if self.prompt_truncation != "left":
+                raise RequestError(f"the prompt has {len(prompt.ids)} tokens, more than the {self.max_prompt_tokens} "
+                                   "a call may send (rollout.max_prompt_tokens)", 400, "context_length_exceeded")
+            prompt.ids = prompt.ids[-self.max_prompt_tokens:]      # as agentrl's own loop: its last tokens
+            self.truncated_prompts += 1
         sampling, seeded = self._sampling(body, len(prompt.ids), episode)
         generation, version = await asyncio.wrap_future(self.batcher.submit(prompt.ids, sampling, seeded))
         ids = list(generation.token_ids)

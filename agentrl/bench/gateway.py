@@ -1,0 +1,128 @@
+"""``agentrl bench gateway``: env steps/s of an outside agent through the gateway against agentrl's own loop.
+
+The same workload as ``agentrl bench rollout`` (a tiny recipe's model with random weights, its
+tokenizer, prompts and episodes): ``engine`` is :class:`~agentrl.rollout.engine.RolloutEngine`
+in process (every active episode's step in one generate call); ``gateway`` the same episodes played
+by ``agentrl.agents.textcraft_openai`` (``--agent`` for another) through
+:class:`~agentrl.gateway.engine.AgentEngine`: one thread and one ``openai`` client per episode, HTTP
+to the gateway, the calls that arrive together batched into one generate call, the env stepped
+per episode. The two run interleaved, ``--rounds`` times each, on the same backend and tasks and
+seeds; reported: env steps/s of each (median over rounds), ``gateway_vs_engine`` (goal >= 0.9),
+and the gateway's requests per engine call. ``--backend vllm`` (where vllm imports; ``--device cuda``
+on a GPU) runs both on vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+
+from agentrl.bench._common import cpu_name, run_report
+
+HELP = "outside agent through the OpenAI-compatible gateway vs agentrl's own loop: env steps/s"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--recipe", default="textcraft_grpo_tiny", help="tiny recipe (default textcraft_grpo_tiny)")
+    parser.add_argument("--agent", default="agentrl.agents.textcraft_openai:run_episode",
+                        help="the outside agent (module:function), playing the recipe's environment")
+    parser.add_argument("--tasks", type=int, default=None, help="tasks (default: env.tasks_per_iteration)")
+    parser.add_argument("--group-size", type=int, default=None, help="episodes per task (default: env.group_size)")
+    parser.add_argument("--max-steps", type=int, default=None, help="steps per episode (default: env.max_steps)")
+    parser.add_argument("--max-response-tokens", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of each (default 3)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--backend", default="torch", choices=("torch", "vllm"))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+
+
+def _make_backend(kind: str, model, tokenizer, path: str, cfg, device: str, seed: int):
+    from agentrl.rollout.backends import TorchBackend
+
+    if kind == "torch":
+        return TorchBackend(model, tokenizer)
+    from agentrl.rollout.backends.vllm_engine import VllmBackend
+
+    return VllmBackend(path, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens, seed=seed,
+                       device=device, vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)
+
+
+def _timed(engine, tasks, group_size: int, seed: int) -> dict[str, float]:
+    start, cpu = time.perf_counter(), time.process_time()
+    result = engine.run(tasks, group_size, seed=seed)
+    return {"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
+            "env_steps": float(result.stats.get("env_steps", 0)), "episodes": float(len(result.episodes)),
+            "failed": float(result.stats.get("env_failures", 0))}
+
+
+def _measure(args) -> dict:
+    import torch
+
+    from agentrl.bench.rollout import _build_model, _env_kwargs, workload
+    from agentrl.config.loading import load_config
+    from agentrl.envs import TaskRef
+    from agentrl.envs.server import EnvClient
+    from agentrl.gateway.agents import load_agent
+    from agentrl.gateway.engine import AgentEngine
+    from agentrl.rollout.engine import RolloutEngine
+
+    torch.set_num_threads(max(1, args.threads))
+    args.split, args.temperature = None, None
+    cfg = workload(args)
+    tasks = [TaskRef(cfg.env.train_split, i) for i in range(cfg.env.tasks_per_iteration)]
+    size = len(tasks) * cfg.env.group_size
+    runs: dict[str, list[dict[str, float]]] = {"engine": [], "gateway": []}
+    with tempfile.TemporaryDirectory(prefix="agentrl-bench-gateway-") as model_dir:
+        model, tokenizer, path = _build_model(load_config(args.recipe, list(args.override)), args.seed, model_dir)
+        backend = _make_backend(args.backend, model, tokenizer, path, cfg, args.device, args.seed)
+        clients = [EnvClient.local(cfg.env.name, size, _env_kwargs(cfg)) for _ in range(2)]
+        engines = {"engine": RolloutEngine(backend, tokenizer, clients[0], cfg.rollout, cfg.env),
+                   "gateway": AgentEngine(backend, tokenizer, clients[1], cfg.rollout, cfg.env,
+                                          agent=load_agent(args.agent))}
+        try:
+            for engine in engines.values():                       # warm-up: first-call costs
+                engine.run(tasks[:1], min(2, cfg.env.group_size), seed=args.seed + 1)
+            for round_ in range(args.rounds):
+                order = ("engine", "gateway") if round_ % 2 == 0 else ("gateway", "engine")
+                for name in order:
+                    runs[name].append(_timed(engines[name], tasks, cfg.env.group_size, args.seed + round_))
+            batcher = engines["gateway"].gateway.batcher
+            per_call = batcher.requests / max(1, batcher.calls)
+        finally:
+            engines["gateway"].close()
+            for client in clients:
+                client.close()
+            getattr(backend, "close", lambda: None)()
+    rows = {}
+    for name, measured in runs.items():
+        rates = [m["env_steps"] / m["seconds"] for m in measured]
+        rows[name] = {"env_steps_per_s": statistics.median(rates), "rounds": rates,
+                      "env_steps_per_cpu_s": statistics.median(m["env_steps"] / m["cpu_s"] for m in measured),
+                      "env_steps": measured[-1]["env_steps"], "failed_episodes": sum(m["failed"] for m in measured)}
+    rows["gateway"]["requests_per_engine_call"] = per_call
+    rows["gateway"]["gateway_vs_engine"] = rows["gateway"]["env_steps_per_s"] / rows["engine"]["env_steps_per_s"]
+    meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "recipe": args.recipe, "agent": args.agent, "backend": args.backend, "device": args.device,
+            "tasks": len(tasks), "group_size": cfg.env.group_size, "max_steps": cfg.env.max_steps,
+            "rounds": args.rounds, "load_avg": os.getloadavg()[0]}
+    return {"meta": meta, "results": rows}
+
+
+def _show(meta: dict, rows: dict) -> None:
+    print(f"{meta['recipe']}: {meta['tasks']} tasks x {meta['group_size']} episodes, up to {meta['max_steps']} steps, "
+          f"{meta['backend']} on {meta['device']} ({meta['cpu']}, {meta['torch_threads']} thread(s)), "
+          f"{meta['rounds']} interleaved rounds, load {meta['load_avg']:.1f}")
+    for name, row in rows.items():
+        rounds = ", ".join(f"{r:.1f}" for r in row["rounds"])
+        print(f"  {name:8s} {row['env_steps_per_s']:8.1f} env steps/s (median; rounds {rounds}), "
+              f"{row['env_steps_per_cpu_s']:.1f} per CPU second")
+    print(f"  gateway / engine: {rows['gateway']['gateway_vs_engine']:.2f}x (goal >= 0.9); "
+          f"{rows['gateway']['requests_per_engine_call']:.1f} requests per engine call")
+
+
+def run(args) -> int:
+    return run_report(args, _measure, _show)
