@@ -41,6 +41,13 @@ def read_token_file(path: str | os.PathLike) -> str:
     return check_token(text.strip(), f"the file {path}")
 
 
+def export_token_file(path: str | os.PathLike | None) -> None:
+    """Put the token of file ``path`` (``env.server_token_file``) in ``$AGENTRL_ENV_TOKEN`` of this
+    process, where every HTTP transport it opens takes it from; nothing when ``path`` is None."""
+    if path:
+        os.environ[TOKEN_ENV] = read_token_file(path)
+
+
 def token_from_env() -> str | None:
     """``$AGENTRL_ENV_TOKEN`` checked, or None when it is unset or empty."""
     token = os.environ.get(TOKEN_ENV, "").strip()

@@ -79,6 +79,7 @@ class JSONErrorProtocol(HttpToolsProtocol):
     header or ``Content-Length``) is JSON like every other error, with a deadline on request heads."""
 
     _head_timer: asyncio.TimerHandle | None = None
+    _head_begun = False         # bytes of a request head arrived (its headers are not complete yet)
 
     def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def, override]
         # uvloop sets TCP_NODELAY itself, asyncio not on these sockets (proto 0); without it each
@@ -90,14 +91,16 @@ class JSONErrorProtocol(HttpToolsProtocol):
             except OSError:
                 pass
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
-        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late, False)
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._head_begun = True
         if self._head_timer is None:
-            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late, True)
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late)
 
     def on_headers_complete(self) -> None:
+        self._head_begun = False
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
@@ -109,13 +112,13 @@ class JSONErrorProtocol(HttpToolsProtocol):
             self._head_timer = None
         super().connection_lost(exc)
 
-    def _head_late(self, started: bool) -> None:
+    def _head_late(self) -> None:
         self._head_timer = None
         if self.transport.is_closing():
             return
         who = "%s:%d" % tuple(self.client[:2]) if self.client else "a client"
-        if started:
-            LOG.warning("closed the connection of %s: its request head was not complete %g s after it began "
+        if self._head_begun:
+            LOG.warning("closed the connection of %s: its request head was not complete within %g s "
                         "(HEAD_TIMEOUT_S)", who, HEAD_TIMEOUT_S)
             self.transport.write(error_bytes(408, "Request Timeout", f"the request head did not arrive within "
                                                                       f"{HEAD_TIMEOUT_S:g} s"))
