@@ -129,7 +129,7 @@ class PoolHTTPServer:
             logging.getLogger("uvicorn").addHandler(logging.StreamHandler())
         self._uvicorn = uvicorn.Server(uvicorn.Config(
             self.app, http=JSONErrorProtocol, loop=EVENT_LOOP, lifespan="off", log_config=None, interface="asgi3",
-            proxy_headers=False,
+            proxy_headers=False, ws="none",
             log_level="info" if verbose else "error", access_log=verbose, backlog=LISTEN_BACKLOG,
             timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             server_header=False, date_header=False, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile))
@@ -146,11 +146,11 @@ class PoolHTTPServer:
         if self.token_check is not None and path != "/health":
             problem = self.token_check.problem(scope["headers"])
             if problem is not None:
-                await _send_json(send, 401, dumps({"error": problem}), close=scope["method"] == "POST",
+                await _send_json(send, 401, dumps({"error": problem}), close=scope.get("method") == "POST",
                                  extra=_UNAUTHORIZED_HEADERS)
                 return
         op = POST_ROUTES.get(path)
-        if op is not None and scope["method"] == "POST":
+        if op is not None and scope.get("method") == "POST":
             await self._pool_request(op, scope, receive, send)
         else:
             await self.starlette(scope, receive, send)
