@@ -1,4 +1,4 @@
-"""Fault 10: the HTTP env server under load with faults injected. CLIENTS clients play episodes on
+"""Fault 11: the HTTP env server under load with faults injected. CLIENTS clients play episodes on
 SERVERS server processes (INSTANCES instances each, call timeout CALL_TIMEOUT_S), first clean, then
 with faults: one client's instances make slow and hung steps, SLOWLORIS connections hold half-sent
 heads and bodies open on the same server, and the other server is SIGKILLed and started again on
