@@ -237,3 +237,23 @@ def test_bodies_held_at_once_stay_within_the_budget(monkeypatch):
         assert max(health) < 1.0, max(health)
     finally:
         server.close()
+
+
+def test_an_unclosed_pool_is_freed_with_its_threads():
+    """The watchdog and the pool threads hold no strong reference to the pool: one dropped without
+    close() is collected and its threads end (tests and tools drop pools all the time)."""
+    import gc
+    import weakref
+
+    pool = EnvPool("test-flaky", 2, call_timeout_s=0.5)
+    pool.handle("reset", {"items": [{"instance_id": 0, "task": {"split": "tasks", "index": 0}}]})
+    pool.handle("step", {"items": [{"instance_id": 0, "action": "sleep 0.1"}]})  # handed to a pool thread
+    threads = {t for t in threading.enumerate() if t.name.startswith("env-pool")}
+    ref = weakref.ref(pool)
+    del pool
+    gc.collect()
+    assert ref() is None
+    deadline = time.monotonic() + 5
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.is_alive() for t in threads)

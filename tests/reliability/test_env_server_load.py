@@ -26,7 +26,7 @@ import pytest
 import urllib3
 
 from agentrl.envs import TaskRef
-from agentrl.envs.server import EnvClient, EnvServerError
+from agentrl.envs.server import EnvClient
 from reliability_kit import record_figures
 
 pytestmark = pytest.mark.slow

@@ -28,6 +28,7 @@ import itertools
 import queue
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 SLOW_CALL_S = 0.05          # a call running longer has the rest of its batch continue on another thread
@@ -63,18 +64,20 @@ class DaemonThreads:
                 spawn = False
             else:
                 spawn = True
-        if spawn:
-            threading.Thread(target=self._run, args=(fn, args), name=f"{self.name}-{next(self._started)}",
+        if spawn:  # the first job in a list the thread empties (a Thread keeps its args while it runs)
+            threading.Thread(target=self._run, args=([(fn, args)],), name=f"{self.name}-{next(self._started)}",
                              daemon=True).start()
         else:
             self._jobs.put((fn, args))
 
-    def _run(self, fn: Callable[..., Any] | None, args: tuple) -> None:
+    def _run(self, first: list[tuple[Callable[..., Any], tuple]]) -> None:
+        fn, args = first.pop()
         while fn is not None:
             try:
                 fn(*args)
             except BaseException:  # noqa: BLE001 - a job reports its own failures; the thread goes on
                 pass
+            fn = args = None        # an idle thread holds nothing of its last job (e.g. a pool)
             with self._lock:
                 if self._closed or self._idle >= IDLE_THREADS_KEPT:
                     return
@@ -121,7 +124,8 @@ class Watchdog:
                  abandon: Callable[[Batch, int, int, float], None], slow_call_s: float = SLOW_CALL_S):
         self.running: dict[int, tuple] = {}     # call key -> (batch, index, slot, started, abandonable)
         self.keys = itertools.count()
-        self._threads, self._drive, self._abandon = threads, drive, abandon
+        # weakly: the watchdog's thread must not keep an unclosed pool (and its environments) alive
+        self._threads, self._drive, self._abandon = threads, weakref.WeakMethod(drive), weakref.WeakMethod(abandon)
         self.slow_call_s = slow_call_s
         self._handed_on: set[int] = set()       # keys of calls whose batch was handed on already
         self.idle = False                       # the watchdog sleeps until wake() (no call for a while)
@@ -162,6 +166,10 @@ class Watchdog:
                 quiet_since = time.monotonic()
 
     def _look(self, now: float) -> None:
+        drive, abandon = self._drive(), self._abandon()
+        if drive is None or abandon is None:    # the pool is gone
+            self._closed = True
+            return
         entries = list(self.running.items())    # one C call: atomic under the GIL
         for key, (batch, index, slot, started, abandonable) in entries:
             age = now - started
@@ -169,9 +177,9 @@ class Watchdog:
             if slow and key not in self._handed_on:
                 self._handed_on.add(key)
                 if batch.claimed < batch.size:
-                    self._threads.submit(self._drive, batch)
+                    self._threads.submit(drive, batch)
             if abandonable and age >= batch.timeout and self.running.pop(key, None) is not None:
-                self._threads.submit(self._abandon, batch, index, slot, age)
+                self._threads.submit(abandon, batch, index, slot, age)
         live = self.running
         self._handed_on = {key for key in self._handed_on if key in live}
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+import weakref
 from typing import Any, Callable
 
 from agentrl.envs import make_env
@@ -114,6 +115,8 @@ class EnvPool:
         self.call_timeout_s = call_timeout_s
         self.threads = DaemonThreads("env-pool")
         self.watchdog = Watchdog(self.threads, self._drive, self._abandon)
+        weakref.finalize(self, self.watchdog.close)   # an unclosed pool's watchdog ends with it
+        weakref.finalize(self, self.threads.close)
         self._calls = {"reset": self._reset, "step": self._step, "expert": self._expert}
 
     # ----- the JSON API ------------------------------------------------------------------------
