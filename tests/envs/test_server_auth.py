@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 
 import pytest
 import urllib3
@@ -12,7 +13,7 @@ import urllib3
 from agentrl.cli.main import main as cli_main
 from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient, EnvServerError
-from agentrl.envs.server.auth import TOKEN_ENV, check_token, is_loopback, read_token_file
+from agentrl.envs.server.auth import TOKEN_ENV, check_token, export_token_file, is_loopback, read_token_file
 from agentrl.envs.server.http_server import ShardedHTTPServer
 
 pytestmark = pytest.mark.slow
@@ -97,6 +98,20 @@ def test_cli_refuses_unsafe_or_broken_auth_settings(capsys, monkeypatch, argv, f
     assert cli_main(["envs", "serve", "textcraft", "--port", "0", *argv]) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_env_server_token_file_becomes_the_processes_token(tmp_path, monkeypatch):
+    """env.server_token_file: the rollout workers (and the driver) put it where every transport looks."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    export_token_file(None)
+    assert TOKEN_ENV not in os.environ
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    export_token_file(path)
+    assert os.environ[TOKEN_ENV] == TOKEN
+    path.write_text("short\n")
+    with pytest.raises(ValueError, match="at least 16"):
+        export_token_file(path)
 
 
 def self_signed(tmp_path) -> tuple[str, str]:
