@@ -1,6 +1,7 @@
 """The env benchmarks run and report steps per second: ``agentrl bench envs`` through the HTTP pool
 server, ``agentrl bench webshop-steps`` on one core and ``agentrl bench alfworld-steps`` over a
-process pool."""
+process pool; ``agentrl bench env-server`` runs the HTTP server and the stdlib one it replaced.
+"""
 
 from __future__ import annotations
 
@@ -45,3 +46,12 @@ def test_bench_alfworld_steps_measures_each_pool_size(alfworld_search_games, cap
     assert cli_main(["bench", "alfworld-steps", "--data-dir", alfworld_search_games, "--split", "train",
                      "--episodes", "1", "--steps", "2", "--workers", "1"]) == 0
     assert capsys.readouterr().out.startswith("workers=1: ")
+
+
+def test_bench_env_server_runs_both_servers_interleaved(capsys):
+    assert cli_main(["bench", "env-server", "--rounds", "1", "--seconds", "0.3", "--tasks", "4", "--pool-size", "4",
+                     "--shards", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    entry = report["results"]["textcraft"]
+    assert all(len(entry["steps_per_s"][kind]) == 1 and entry["median"][kind] > 0 for kind in ("new", "old"))
+    assert entry["new_over_old"] > 0 and report["meta"]["cores"] >= 1

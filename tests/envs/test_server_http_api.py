@@ -14,7 +14,7 @@ import pytest
 import urllib3
 
 from agentrl.envs import TaskRef
-from agentrl.envs.server import EnvClient, api, http_server
+from agentrl.envs.server import EnvClient, EnvServerError, api, http_server
 from agentrl.envs.server.http_server import ShardedHTTPServer
 
 pytestmark = pytest.mark.slow
@@ -178,13 +178,24 @@ def test_a_hung_step_does_not_keep_the_server_from_closing():
     server.start_background()
     client = EnvClient.http(f"http://127.0.0.1:{server.port}", timeout=10)
     client.reset([(0, TaskRef("tasks", 0))])
-    threading.Thread(target=client.step, args=([(0, "sleep 5")],), daemon=True).start()
+    errors: list[Exception] = []
+
+    def hung_step() -> None:
+        try:
+            client.step([(0, "sleep 5")])
+        except EnvServerError as err:
+            errors.append(err)
+
+    stepping = threading.Thread(target=hung_step, daemon=True)
+    stepping.start()
     time.sleep(0.3)
     monitor = threading.Thread(target=server.server.shutdown, kwargs={"timeout": 1.0})
     start = time.monotonic()
     monitor.start()
     monitor.join(5)
-    assert not monitor.is_alive() and time.monotonic() - start < 3  # gives up waiting: the loop thread is a daemon
+    assert not monitor.is_alive() and time.monotonic() - start < 4  # the step runs on a daemon thread
+    stepping.join(5)
+    assert len(errors) == 1 and "503" in str(errors[0]) and "reset them" in str(errors[0])
     server.server.server_close()
     client.close()
 

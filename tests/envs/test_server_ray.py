@@ -91,11 +91,11 @@ def test_timeout(flaky_actors):
 
 def test_reset_batches_get_time_per_instance_the_shard_resets(flaky_actors):
     client = EnvClient.ray_actors(flaky_actors, timeout=30)
-    slow = [(0, TaskRef("slow", 0)), (1, TaskRef("slow", 1))]       # one shard loads both: ~0.8 s
+    slow = [(0, TaskRef("slow", 0)), (1, TaskRef("slow", 1))]       # one shard loads both, 0.4 s each
     with pytest.raises(EnvTimeoutError):
-        client.reset(slow, timeout=0.5)
+        client.reset(slow, timeout=0.3)
     time.sleep(1.0)                                                 # let the abandoned call finish
-    results = client.reset(slow, timeout=0.5, per_instance_s=0.5)   # 0.5 + 2 x 0.5 s
+    results = client.reset(slow, timeout=0.3, per_instance_s=0.5)   # 0.3 + 2 x 0.5 s
     assert [r.obs for r in results] == ["task 0", "task 1"] and all(r.ok for r in results)
 
 

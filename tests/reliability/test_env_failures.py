@@ -57,7 +57,8 @@ def local_client(tmp_path, **faults) -> tuple[EnvClient, EnvPool]:
 
 
 def call_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "env-call"}
+    """The pool's threads: its watchdog and the daemon threads that run the calls."""
+    return {t for t in threading.enumerate() if t.name.startswith("env-pool")}
 
 
 def test_hung_step_is_abandoned_the_instance_rebuilt_and_the_episode_rerun(tokenizer, tmp_path):
@@ -77,9 +78,9 @@ def test_hung_step_is_abandoned_the_instance_rebuilt_and_the_episode_rerun(token
     record_figures("env step hangs (pool call timeout 0.5 s, hang 3 s)", faults_injected=1,
                    env_failures=result.stats["env_failures"], episodes_recovered=result.stats["episodes_rerun"],
                    episodes_lost=0, rollout_s=round(elapsed, 2))
-    assert len(call_threads() - before) == 2          # the abandoned call's thread and its successor
+    assert any(t.is_alive() for t in call_threads() - before)  # the abandoned call's thread hangs on
     client.close()
-    # closing ends the successor; the abandoned thread ends once its hung call returns
+    # closing ends the watchdog and the idle threads; the abandoned thread ends once its hung call returns
     deadline = time.monotonic() + 10
     while call_threads() - before and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -18,7 +18,7 @@ from pydantic.json_schema import models_json_schema
 
 from agentrl.envs.base import MAX_TEXT_LENGTH
 
-API_VERSION = "1.0"
+API_VERSION = "1.1"
 
 
 class _Model(BaseModel):
@@ -131,18 +131,24 @@ Every body is JSON. A batch names instances by integer id; results come back in 
 A malformed request (bad JSON, unknown or repeated id, bad task address, non-string action) is
 refused as a whole with 400 and touches no instance. A failure *inside* an environment is not an
 HTTP error: that instance's result has ok=false and error set, and the instance is rebuilt (reset
-it before stepping it again). Other statuses: 404 unknown route, 405 wrong method, 411 POST
-without Content-Length, 413 body over the server's limit (refused from the header; the
-connection is closed), 500 an unexpected server fault (the server keeps running). Every error
-body is {"error": message}.
+it before stepping it again). Other statuses: 401 no or wrong token (a server started with one
+requires `Authorization: Bearer <token>` on every route but /health), 404 unknown route, 405 wrong
+method, 408 a request head or body that did not arrive in time (the connection is closed), 411
+POST without Content-Length, 413 body over the server's limit (refused from the header; the
+connection is closed), 500 an unexpected server fault (the server keeps running), 503 the server
+closed while the request ran (the instances' state is unknown). Every error body is
+{"error": message}.
 
 Sharding: a server may spread its instances over several processes (ports on one host); GET
 /info lists them in `shards` and a client sends each instance's requests to its shard. A server
 of one process may omit `shards`.
 """
 
-_ERRORS = {"400": "malformed request: nothing was done", "404": "no such route", "405": "wrong method",
-           "411": "no Content-Length", "413": "body over the server's limit", "500": "server fault"}
+_ERRORS = {"400": "malformed request: nothing was done", "401": "no or wrong token", "404": "no such route",
+           "405": "wrong method", "408": "request head or body not received in time", "411": "no Content-Length",
+           "413": "body over the server's limit", "500": "server fault",
+           "503": "the server closed while the request ran"}
+_TOKEN = "bearerToken"
 
 
 def _json(ref: str, description: str) -> dict[str, Any]:
@@ -157,8 +163,12 @@ def _post(summary: str, request: str, reply: str) -> dict[str, Any]:
                      "responses": {"200": _json(reply, "results in request order"), **errors}}}
 
 
-def _get(summary: str, operation: str, reply: str) -> dict[str, Any]:
-    return {"get": {"summary": summary, "operationId": operation, "responses": {"200": _json(reply, summary)}}}
+def _get(summary: str, operation: str, reply: str, open_route: bool = False) -> dict[str, Any]:
+    responses = {"200": _json(reply, summary)}
+    if open_route:  # no token needed
+        return {"get": {"summary": summary, "operationId": operation, "responses": responses, "security": []}}
+    return {"get": {"summary": summary, "operationId": operation,
+                    "responses": {**responses, "401": _json("ErrorReply", _ERRORS["401"])}}}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -169,7 +179,7 @@ def openapi_document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "agentrl environment pool server", "version": API_VERSION, "description": DESCRIPTION},
         "paths": {
-            "/health": _get("liveness", "health", "HealthReply"),
+            "/health": _get("liveness (no token needed)", "health", "HealthReply", open_route=True),
             "/info": _get("the pool: environment, instance ids, splits, shards", "info", "InfoReply"),
             "/reset": _post("start a task on each listed instance", "ResetRequest", "ResetReply"),
             "/step": _post("apply one action on each listed instance (never re-sent by the client: "
@@ -180,7 +190,11 @@ def openapi_document() -> dict[str, Any]:
             "/docs": {"get": {"summary": "this document as a page", "operationId": "docs",
                               "responses": {"200": {"description": "HTML"}}}},
         },
-        "components": {"schemas": schemas["$defs"]},
+        "components": {"schemas": schemas["$defs"], "securitySchemes": {_TOKEN: {
+            "type": "http", "scheme": "bearer",
+            "description": "the server's shared token; required by servers started with one (every server "
+                           "listening beyond the loopback interface, unless started with --allow-no-token)"}}},
+        "security": [{_TOKEN: []}, {}],
     }
 
 

@@ -29,6 +29,7 @@ import orjson
 import urllib3
 
 from agentrl.envs.base import TaskRef
+from agentrl.envs.server.auth import token_from_env
 from agentrl.envs.server.pool import EnvPool
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -126,7 +127,9 @@ class RayTransport:
 
 class HttpTransport:
     """Keep-alive connections to one server process through a ``urllib3`` connection pool (JSON over
-    HTTP/1.1, ``TCP_NODELAY``).
+    HTTP/1.1, ``TCP_NODELAY``; ``scheme="https"`` for a server with TLS, verified against the system's
+    certificates or ``$SSL_CERT_FILE``). ``token``: sent as ``Authorization: Bearer <token>`` on
+    every request (default ``$AGENTRL_ENV_TOKEN``; none when that is unset).
 
     The call's timeout bounds connecting and every read (and, for a call on the executor,
     :meth:`finish` the whole call; ``start(here=True)`` calls on the caller's thread). A kept
@@ -136,14 +139,20 @@ class HttpTransport:
     directly. Requests and redirects are never retried by urllib3 itself.
     """
 
-    def __init__(self, host: str, port: int, executor: ThreadPoolExecutor | None):
+    def __init__(self, host: str, port: int, executor: ThreadPoolExecutor | None, token: str | None = None,
+                 scheme: str = "http"):
         self.host, self.port, self.executor = host, port, executor
-        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-        self._http = urllib3.HTTPConnectionPool(host, port, maxsize=8, block=False, retries=False)
+        self.url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+        pool_class = urllib3.HTTPSConnectionPool if scheme == "https" else urllib3.HTTPConnectionPool
+        self._http = pool_class(host, port, maxsize=8, block=False, retries=False)
+        token = token if token is not None else token_from_env()
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._get_headers = auth or None
+        self._post_headers = {**_JSON_HEADERS, **auth}
 
     def request(self, method: str, path: str, body: Any, timeout: float) -> tuple[int, dict[str, Any]]:
         data = None if body is None else orjson.dumps(body)
-        headers = _JSON_HEADERS if data is not None else None
+        headers = self._post_headers if data is not None else self._get_headers
         where = f"{self.url}{path}"
         for attempt in (1, 2):
             try:
@@ -182,8 +191,7 @@ class HttpTransport:
         try:
             return ticket.result(timeout=timeout)
         except FutureTimeout as err:
-            raise EnvTimeoutError(f"http://{self.host}:{self.port} did not answer within "
-                                  f"{timeout:.1f} s") from err
+            raise EnvTimeoutError(f"{self.url} did not answer within {timeout:.1f} s") from err
 
     def close(self) -> None:
         self._http.close()
@@ -240,12 +248,13 @@ class EnvClient:
         return cls([(i["first_id"], i["size"], t) for i, t in zip(infos, transports)], timeout, infos[0])
 
     @classmethod
-    def http(cls, url: str, timeout: float = DEFAULT_TIMEOUT_S) -> "EnvClient":
-        """Connect to ``agentrl envs serve`` at ``url`` and to all of its shard processes."""
+    def http(cls, url: str, timeout: float = DEFAULT_TIMEOUT_S, token: str | None = None) -> "EnvClient":
+        """Connect to ``agentrl envs serve`` at ``url`` (``http://`` or ``https://``) and to all of its
+        shard processes; ``token``: the server's shared token (default ``$AGENTRL_ENV_TOKEN``)."""
         parsed = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
-        if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or not parsed.port:
             raise ValueError(f"expected a URL like http://127.0.0.1:8400, got {url!r}")
-        probe = HttpTransport(parsed.hostname, parsed.port, None)
+        probe = HttpTransport(parsed.hostname, parsed.port, None, token, parsed.scheme)
         try:
             status, info = probe.request("GET", "/info", None, timeout)
         finally:
@@ -254,7 +263,7 @@ class EnvClient:
             raise EnvServerError(f"{url}/info answered {status}: {info.get('error')}")
         listed = info.get("shards") or [{"port": parsed.port, "first_id": info["first_id"], "size": info["size"]}]
         executor = ThreadPoolExecutor(max_workers=len(listed), thread_name_prefix="env-client")
-        shards = [(s["first_id"], s["size"], HttpTransport(parsed.hostname, s["port"], executor))
+        shards = [(s["first_id"], s["size"], HttpTransport(parsed.hostname, s["port"], executor, token, parsed.scheme))
                   for s in listed]
         return cls(shards, timeout, info, executor)
 
