@@ -27,6 +27,8 @@ from agentrl.runtime.actor_slots import ActorSlot, actor_options, slot_at
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
+from agentrl.rollout.worker_calls import (STREAM_GROUP, WEIGHTS_GROUP, PendingRollout, RolloutHangError,
+                                          check_progress)
 from agentrl.weights.transfer import (BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast, as_buckets,
                                              device_uuid, unpack_weights)
 
@@ -56,15 +58,6 @@ def default_torch_threads(num_workers: int) -> int:
     """``rollout.torch_threads=0``: :func:`available_cores` divided by ``num_workers`` (the trainer
     counts the learner as one more worker when both run at once, ``trainer.mode``)."""
     return max(1, available_cores() // max(1, int(num_workers)))
-
-
-WEIGHTS_GROUP = "weights"   # the Ray concurrency group of weight loads: they reach a worker during a rollout
-STREAM_GROUP = "stream"     # the Ray concurrency group that feeds a serving worker groups and takes them back
-STATUS_TIMEOUT_S = 30.0     # at most this long for a status answer (at least 5 s, else the hang timeout)
-
-
-class RolloutHangError(RuntimeError):
-    """A rollout worker made no progress for ``rollout.hang_timeout_s`` (or did not answer at all)."""
 
 
 @dataclass
@@ -394,7 +387,7 @@ class RolloutWorkerGroup:
         spares: list[list[int]] = [[] for _ in range(self.num_workers)]
         if env_url is not None:
             env_source: Any = env_url
-            export_token_file(env_cfg.server_token_file)
+            export_token_file(env_cfg.server_token_file)   # the servers are probed from here first
             spares = spares_per_worker(env_url, self.num_envs, self.num_workers, env_cfg.step_timeout_s)
         elif env_actors is not None:
             env_source = list(env_actors)
@@ -561,65 +554,5 @@ class RolloutWorkerGroup:
         self.close()
 
 
-class PendingRollout:
-    """A rollout call in flight on the workers (:meth:`RolloutWorkerGroup.submit`).
-
-    :meth:`result` watches the workers while it waits: one that has made no progress for
-    ``hang_timeout_s`` (no generate call, env step or reset finished; see ``RolloutEngine.mark``),
-    or that does not answer a status request, raises :class:`RolloutHangError` naming the worker,
-    its node and process, and what it was doing with which env instances."""
-
-    def __init__(self, calls: list, submitted_at: float, workers: Sequence[tuple[int, Any]] = (),
-                 hang_timeout_s: float = 0.0):
-        self.calls = calls
-        self.submitted_at = submitted_at
-        self.workers = list(workers)        # (index, actor) of each call, in the same order
-        self.hang_timeout_s = hang_timeout_s
-
-    def done(self) -> bool:
-        import ray
-
-        ready, _ = ray.wait(self.calls, num_returns=len(self.calls), timeout=0)
-        return len(ready) == len(self.calls)
-
-    def result(self) -> RolloutResult:
-        """The merged result (waits for every worker's part); ``stats["wall_s"]``: from submission on."""
-        import ray
-
-        if self.hang_timeout_s > 0 and self.workers:
-            poll = min(30.0, max(0.5, self.hang_timeout_s / 4))
-            while True:
-                _, waiting = ray.wait(self.calls, num_returns=len(self.calls), timeout=poll)
-                if not waiting:
-                    break
-                self.check_progress([self.workers[self.calls.index(ref)] for ref in waiting])
-        result = RolloutResult.merge(ray.get(self.calls))
-        result.stats["wall_s"] = time.perf_counter() - self.submitted_at
-        return result
-
-    def check_progress(self, workers: Sequence[tuple[int, Any]]) -> None:
-        check_progress(workers, self.hang_timeout_s)
-
-
-def check_progress(workers: Sequence[tuple[int, Any]], hang_timeout_s: float) -> None:
-    """Raise :class:`RolloutHangError` for the first of ``workers`` (index, actor) that made no progress
-    for ``hang_timeout_s`` while rolling out, or that does not answer a status request."""
-    import ray
-
-    asked = [actor.status.options(concurrency_group=WEIGHTS_GROUP).remote() for _, actor in workers]
-    answer_s = min(STATUS_TIMEOUT_S, max(5.0, hang_timeout_s))
-    ready, _ = ray.wait(asked, num_returns=len(asked), timeout=answer_s)
-    for (index, _), ref in zip(workers, asked):
-        if ref not in ready:
-            raise RolloutHangError(
-                f"rollout worker {index} did not answer a status request within {answer_s:.0f} s (its process "
-                "is stopped or stuck in native code); check that node's processes and GPU")
-        status = ray.get(ref)
-        if status["rolling_out"] and status["for_s"] > hang_timeout_s:
-            raise RolloutHangError(
-                f"rollout worker {index} (node {status['node']}, pid {status['pid']}) made no progress for "
-                f"{status['for_s']:.1f} s, more than rollout.hang_timeout_s={hang_timeout_s:g}: "
-                f"{status['doing']}")
-
-
-__all__ = ["PendingRollout", "RolloutHangError", "check_progress", "RolloutWorker", "RolloutWorkerGroup", "split_evenly"]
+__all__ = ["PendingRollout", "RolloutHangError", "STREAM_GROUP", "WEIGHTS_GROUP", "check_progress", "RolloutWorker",
+           "RolloutWorkerGroup", "split_evenly"]

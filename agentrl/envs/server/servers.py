@@ -57,7 +57,7 @@ def _parse_entry(text: str, where: str) -> ServerEntry:
     parts = text.split()
     url, options = parts[0], parts[1:]
     parsed = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
-    if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not parsed.port:
         raise UsageError(f"{where}: expected an env server like http://10.0.0.5:8400 [max=N], got {text!r}")
     cap = None
     for option in options:
@@ -66,8 +66,8 @@ def _parse_entry(text: str, where: str) -> ServerEntry:
             raise UsageError(f"{where}: unknown option {option!r} after {url}; the only option is max=N (N >= 1), "
                              "the most instances of that server to use")
         cap = int(value)
-    return ServerEntry(f"http://{parsed.hostname}:{parsed.port}" if ":" not in parsed.hostname
-                       else f"http://[{parsed.hostname}]:{parsed.port}", cap)
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    return ServerEntry(f"{parsed.scheme}://{host}:{parsed.port}", cap)
 
 
 def parse_server_spec(spec: str | Sequence[str]) -> list[ServerEntry]:
@@ -208,7 +208,7 @@ class ServerSet:
 
     def _healthy(self, server: _Server) -> bool:
         parsed = urllib.parse.urlsplit(server.url)
-        probe = HttpTransport(parsed.hostname, parsed.port, None)
+        probe = HttpTransport(parsed.hostname, parsed.port, None, scheme=parsed.scheme)   # the token: $AGENTRL_ENV_TOKEN
         try:
             status, _ = probe.request("GET", "/health", None, HEALTH_TIMEOUT_S)
             return status == 200
