@@ -100,13 +100,13 @@ def anchor_of(messages: Sequence[dict[str, Any]], given: Any = None) -> str:
 class Batcher:
     """Generation calls of many requests put together, on a thread of their own (the backend is not
     thread-safe): requests that sample alike go into one ``backend.generate`` call of at most
-    ``max_batch``. When the number of agents that may call is known (``expected``, the rollout's
-    agents still playing) a batch goes as soon as all of them wait, or ``max_wait_s`` after its first
-    request (an agent busy elsewhere, or hung); otherwise while requests keep coming, each within
-    ``wait_s`` of the previous one."""
+    ``max_batch``, collected while they keep coming (each within ``wait_s`` of the previous one, for at
+    most ``max_wait_s``) and sent at once when every agent that may call is waiting (``expected``: the
+    rollout's agents still playing). Waiting longer for stragglers measured slower (``agentrl bench
+    gateway``: the engine then idles while the agents work)."""
 
-    def __init__(self, backend: GenerationBackend, max_batch: int = 256, wait_s: float = 0.02, seed: int = 0,
-                 max_wait_s: float = 1.0):
+    def __init__(self, backend: GenerationBackend, max_batch: int = 256, wait_s: float = 0.005, seed: int = 0,
+                 max_wait_s: float = 0.25):
         self.backend, self.max_batch, self.wait_s, self.max_wait_s = backend, int(max_batch), float(wait_s), max_wait_s
         #: how many requests may come at most (the agents still playing; 0: unknown): a batch that has them
         #: all goes at once
@@ -140,8 +140,7 @@ class Batcher:
             # or until every agent that may call is waiting (expected())
             start = time.monotonic()
             while len(batch) < min(self.max_batch, self.expected() or self.max_batch):
-                left = start + self.max_wait_s - time.monotonic()
-                timeout = min(left, self.wait_s) if not self.expected() else left
+                timeout = min(self.wait_s, start + self.max_wait_s - time.monotonic())
                 if timeout <= 0:
                     break
                 try:

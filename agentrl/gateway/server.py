@@ -102,7 +102,7 @@ class Gateway:
 
     def __init__(self, backend: GenerationBackend, tokenizer: Any, *, model_name: str = "agentrl-policy",
                  host: str = "127.0.0.1", port: int = 0, max_model_len: int = 4096, default_max_tokens: int = 256,
-                 stop_token_ids: tuple[int, ...] = (), max_batch: int = 256, batch_wait_s: float = 0.02, seed: int = 0,
+                 stop_token_ids: tuple[int, ...] = (), max_batch: int = 256, batch_wait_s: float = 0.005, seed: int = 0,
                  max_prompt_tokens: int | None = None, prompt_truncation: str = "error"):
         self.tokenizer, self.model_name = tokenizer, model_name
         self.renderer = ConversationRenderer(tokenizer)
