@@ -105,6 +105,8 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as tw_logic
 
+    from agentrl.envs.alfworld.engine_reset import DeferredTranslation, planner_translation_deferred, reset_replacements
+
     grammar_parse = _model_cache(textgen._PARSER)
     symbol_converter = textgen._Converter
 
@@ -138,6 +140,8 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
             sys.argv = argv
 
     def pddl2sas(domain, problem, verbose=False, optimize=False):
+        if planner_translation_deferred(optimize):    # a PddlState being built: see engine_reset
+            return None, DeferredTranslation(domain, problem, bool(verbose))
         return cached_translation(domain, problem, bool(verbose), bool(optimize))
 
     textgen_parse_and_convert.cache_info = grammar_parse.cache_info
@@ -151,6 +155,7 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
         "Rule.parse_conjunctive_query": (tw_logic.Rule, "parse_conjunctive_query",
                                          classmethod(parse_conjunctive_query)),
         "fast_downward.pddl2sas": (fast_downward, "pddl2sas", pddl2sas),
+        **reset_replacements(pddl2sas),
     }
     for name, (owner, attribute, _) in replacements.items():
         if attribute not in vars(owner):    # a TextWorld laid out differently: replace nothing
