@@ -105,7 +105,7 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as tw_logic
 
-    from agentrl.envs.alfworld.engine_reset import DeferredTranslation, planner_translation_deferred, reset_replacements
+    from agentrl.envs.alfworld.engine_reset import reset_replacements
 
     grammar_parse = _model_cache(textgen._PARSER)
     symbol_converter = textgen._Converter
@@ -140,8 +140,6 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
             sys.argv = argv
 
     def pddl2sas(domain, problem, verbose=False, optimize=False):
-        if planner_translation_deferred(optimize):    # a PddlState being built: see engine_reset
-            return None, DeferredTranslation(domain, problem, bool(verbose))
         return cached_translation(domain, problem, bool(verbose), bool(optimize))
 
     textgen_parse_and_convert.cache_info = grammar_parse.cache_info
