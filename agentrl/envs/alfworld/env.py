@@ -91,16 +91,18 @@ class ALFWorldEnv(TextEnv):
     # ----- protocol -----------------------------------------------------------------------------
     def _reset_task(self, task: TaskRef) -> tuple[str, dict[str, Any]]:
         from agentrl.envs.alfworld.engine import load_engine_env, load_game
+        from agentrl.envs.alfworld.engine_reset import collector_paused
 
         path = self.games(task.split)[task.index]
         with open(os.path.join(os.path.dirname(path), TRAJ_FILE)) as f:
             self._traj = json.load(f)
-        if self._engine is None:
-            self._engine = load_engine_env(path)
-        else:
-            load_game(self._engine, path)
-        self._game_path = path
-        self._state = self._engine.reset()
+        with collector_paused():     # see engine_reset: collections over every live object
+            if self._engine is None:
+                self._engine = load_engine_env(path)
+            else:
+                load_game(self._engine, path)
+            self._game_path = path
+            self._state = self._engine.reset()
         intro = self._state.feedback
         obs = intro[len(BANNER):] if self.strip_banner and intro.startswith(BANNER) else intro
         self._task_line = task_line(intro)
