@@ -108,22 +108,22 @@ def initial_facts_cache(maxsize: int) -> Callable:
     """``lookup(task, downward_lib, name2type)``: the task's :class:`InitialFacts`, read from the
     library (which must have just loaded the task's SAS text) the first time; the last ``maxsize``
     tasks (``lookup.cache_info()`` as ``functools.lru_cache`` gives it). Keyed by the task object:
-    the engine caches hand every state of a game the same translated task (a task translated anew
-    is a new entry)."""
+    the engine caches hand every state of a game the same translated task, and a task translated
+    anew is a new entry (an entry holds its task, so no other task can take its ``id``)."""
     cache: dict[int, tuple[Any, InitialFacts]] = {}
     counts = {"hits": 0, "misses": 0}
 
     def lookup(task, downward_lib, name2type: dict) -> InitialFacts:
-        hit = cache.pop(id(task), None)
-        if hit is None or hit[0] is not task:
+        entry = cache.pop(id(task), None)
+        if entry is None:
             counts["misses"] += 1
-            hit = (task, _initial_facts(task, downward_lib, name2type))
+            entry = (task, _initial_facts(task, downward_lib, name2type))
         else:
             counts["hits"] += 1
-        cache[id(task)] = hit               # most recent last
+        cache[id(task)] = entry             # most recent last
         while len(cache) > maxsize:
             del cache[next(iter(cache))]
-        return hit[1]
+        return entry[1]
 
     lookup.cache_info = lambda: functools._CacheInfo(counts["hits"], counts["misses"], maxsize, len(cache))
     return lookup
