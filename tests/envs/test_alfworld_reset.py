@@ -3,7 +3,8 @@
 Each test builds the engine's states both ways, TextWorld's ``PddlState.__init__`` as shipped (the
 engine caches uninstalled) and the replacement, and checks that the replacement did less work (one
 translation per game, the library's initial state read once per translated task, a library copy
-without debug sections, the collector held off) for the same state. Two bathroom pick-and-place games, made once
+without debug sections, the collector held off) for the same state, and that envs on several
+threads play as on one (the engine lock). Two bathroom pick-and-place games, made once
 per module.
 """
 
@@ -35,7 +36,7 @@ def games(tmp_path_factory) -> list[dict]:
     games = []
     for path in paths:
         with open(path) as f:
-            games.append({**json.load(f), "path": path})
+            games.append({**json.load(f), "path": path, "data_dir": out})
     return games
 
 
@@ -214,3 +215,34 @@ def test_collector_is_held_off_while_any_thread_loads_a_game():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_envs_on_two_threads_play_as_on_one(games, shipped_engine, monkeypatch):
+    """TextWorld's parsers and Fast Downward's translator are process-wide, so envs stepped on two
+    threads at once (an env server pool hands the rest of a batch to another thread past a slow
+    call) corrupted each other's parses; with the engine lock they play the texts one thread plays.
+    The engine as shipped (no caches) parses on every load and step: the most parses to race."""
+    from agentrl.envs import TaskRef, make_env
+
+    monkeypatch.setenv(shipped_engine.ENV_SWITCH, "0")
+    def play(index: int, texts: list) -> None:
+        env = make_env("alfworld", data_dir=games[index]["data_dir"])
+        try:
+            for _ in range(2):
+                obs, info = env.reset(TaskRef("train", index))
+                texts.append(obs)
+                for action in ["look", *games[index]["walkthrough"][:2]]:
+                    texts.append(env.step(action)[0])
+        except Exception as err:  # noqa: BLE001 - what the other thread's parse did to this one
+            texts.append(f"{type(err).__name__}: {err}")
+
+    alone = [[], []]
+    for index in (0, 1):
+        play(index, alone[index])
+    together = [[], []]
+    threads = [threading.Thread(target=play, args=(index, together[index])) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert together == alone

@@ -112,18 +112,20 @@ def initial_facts_cache(maxsize: int) -> Callable:
     anew is a new entry (an entry holds its task, so no other task can take its ``id``)."""
     cache: dict[int, tuple[Any, InitialFacts]] = {}
     counts = {"hits": 0, "misses": 0}
+    lock = threading.Lock()
 
     def lookup(task, downward_lib, name2type: dict) -> InitialFacts:
-        entry = cache.pop(id(task), None)
-        if entry is None:
-            counts["misses"] += 1
-            entry = (task, _initial_facts(task, downward_lib, name2type))
-        else:
-            counts["hits"] += 1
-        cache[id(task)] = entry             # most recent last
-        while len(cache) > maxsize:
-            del cache[next(iter(cache))]
-        return entry[1]
+        with lock:
+            entry = cache.pop(id(task), None)
+            if entry is None:
+                counts["misses"] += 1
+                entry = (task, _initial_facts(task, downward_lib, name2type))
+            else:
+                counts["hits"] += 1
+            cache[id(task)] = entry             # most recent last
+            while len(cache) > maxsize:
+                del cache[next(iter(cache))]
+            return entry[1]
 
     lookup.cache_info = lambda: functools._CacheInfo(counts["hits"], counts["misses"], maxsize, len(cache))
     return lookup
