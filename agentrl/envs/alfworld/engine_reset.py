@@ -47,7 +47,6 @@ caches (one switch, ``AGENTRL_ALFWORLD_ENGINE_CACHES=0``, runs the engine as shi
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import hashlib
 import inspect
@@ -70,6 +69,14 @@ class DeferredTranslation(str):
         text = super().__new__(cls, "")
         text.request = (domain, problem, verbose)
         return text
+
+
+class CacheInfo(NamedTuple):
+    """What ``functools.lru_cache``'s ``cache_info()`` reports."""
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
 
 
 class InitialFacts(NamedTuple):
@@ -127,7 +134,7 @@ def initial_facts_cache(maxsize: int) -> Callable:
                 del cache[next(iter(cache))]
             return entry[1]
 
-    lookup.cache_info = lambda: functools._CacheInfo(counts["hits"], counts["misses"], maxsize, len(cache))
+    lookup.cache_info = lambda: CacheInfo(counts["hits"], counts["misses"], maxsize, len(cache))
     return lookup
 
 
