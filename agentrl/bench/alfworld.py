@@ -134,6 +134,7 @@ def measure_pool(data_dir: str, split: str, tasks: int, group: int, shards: int,
     return {"shards": shards, "instances": size, "tasks": tasks, "group_size": group, "rounds": rounds,
             "start_s": start_s, "reset_batch_s": reset_s, "reset_batch_s_mean": sum(reset_s) / len(reset_s),
             "steps": steps, "batches": batches, "step_seconds": step_s, "steps_per_s": steps / step_s,
+            "steps_per_s_per_worker": steps / step_s / shards,
             "batched_step_ms": 1000 * step_s / batches, "episodes_won": won, "episodes": size * rounds,
             "memory_idle": idle, "memory": loaded, "rss_mb_per_game": loaded["rss_mb"] / size,
             "uss_mb_per_game": loaded["uss_mb"] / size}
@@ -221,9 +222,10 @@ def show(meta: dict[str, Any], results: dict[str, Any]) -> None:
             print(f"pool, {p['shards']} workers: failed: {p['error']}")
             continue
         print(f"pool, {p['instances']} games ({p['tasks']} x {p['group_size']}) on {p['shards']} workers: "
-              f"{p['steps_per_s']:.0f} steps/s ({p['steps']} steps in {p['batches']} batches, "
-              f"{p['batched_step_ms']:.0f} ms per batch), "
-              f"reset of the batch {p['reset_batch_s_mean']:.2f} s, start {p['start_s']:.1f} s, "
+              f"{p['steps_per_s']:.0f} steps/s, {p['steps_per_s_per_worker']:.0f} per worker ({p['steps']} steps in "
+              f"{p['batches']} batches, {p['batched_step_ms']:.0f} ms per batch), "
+              f"reset of the batch {p['reset_batch_s_mean']:.2f} s (rounds: "
+              f"{', '.join(f'{s:.2f}' for s in p['reset_batch_s'])}), start {p['start_s']:.1f} s, "
               f"RSS {p['memory']['rss_mb']:.0f} MB ({p['rss_mb_per_game']:.2f} MB/game; USS "
               f"{p['uss_mb_per_game']:.2f}; idle {p['memory_idle']['rss_mb']:.0f} MB), "
               f"won {p['episodes_won']}/{p['episodes']}")

@@ -163,6 +163,7 @@ def test_bench_alfworld_tiny(capsys):
         p = pools[shards]
         assert "error" not in p, p
         assert p["instances"] == 4 and p["steps"] > 0 and p["steps_per_s"] > 0
+        assert p["steps_per_s_per_worker"] == pytest.approx(p["steps_per_s"] / shards)
         assert p["episodes_won"] == 4 and p["rss_mb_per_game"] > 0 and len(p["reset_batch_s"]) == 1
     sizing = results["sizing"]
     assert [r["workers"] for r in sizing["rows"]] == [1, 2, 4, 8]

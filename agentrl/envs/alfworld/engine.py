@@ -10,7 +10,17 @@ of logic objects bounded.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping
+
+ENGINE_LOCK = threading.RLock()
+"""Held around every call into the engine (:class:`~agentrl.envs.alfworld.env.ALFWorldEnv` takes it):
+the engine is not thread-safe. TextWorld's grammar and logic parsers are module-level TatSu parsers
+that keep the parse in progress on themselves, and a Fast Downward translation sets the translator's
+module-level options, ``sys.argv`` and ``sys.stdout``. Two threads loading games at once corrupted
+each other's parses (``IndexError: pop from empty list``, ``FailedToken``: 11 of 12 resets on two
+threads); an env server pool that hands the rest of a batch to another thread past a slow call runs
+ALFWorld calls on two threads at once."""
 
 
 def engine_available() -> bool:

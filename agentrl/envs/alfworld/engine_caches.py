@@ -38,6 +38,10 @@ Observations and admissible commands are unchanged: ``tests/envs/test_alfworld.p
 random and expert episodes with and without the caches and compares every text. On the benchmark
 in ``docs/benchmarks.md`` ("ALFWorld environment", "Engine caches") a step costs ~2 ms instead of ~33 ms.
 
+With them go :mod:`agentrl.envs.alfworld.engine_reset`'s ``PddlState.__init__`` and ``replan`` (one
+translation per game instead of two, the initial facts kept per translated task) and its library
+path (Fast Downward's library copied without debug sections).
+
 They are installed when the first engine env is loaded (:func:`agentrl.envs.alfworld.engine.load_engine_env`),
 once per process. ``AGENTRL_ALFWORLD_ENGINE_CACHES=0`` leaves the engine as it is. A TextWorld
 whose functions are not where this module expects them is left alone, with a warning.
@@ -105,6 +109,8 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as tw_logic
 
+    from agentrl.envs.alfworld.engine_reset import reset_replacements
+
     grammar_parse = _model_cache(textgen._PARSER)
     symbol_converter = textgen._Converter
 
@@ -151,6 +157,7 @@ def _replacements() -> dict[str, tuple[Any, str, Any]]:
         "Rule.parse_conjunctive_query": (tw_logic.Rule, "parse_conjunctive_query",
                                          classmethod(parse_conjunctive_query)),
         "fast_downward.pddl2sas": (fast_downward, "pddl2sas", pddl2sas),
+        **reset_replacements(pddl2sas),
     }
     for name, (owner, attribute, _) in replacements.items():
         if attribute not in vars(owner):    # a TextWorld laid out differently: replace nothing

@@ -31,6 +31,7 @@ import os
 import re
 from typing import Any
 
+from agentrl.envs.alfworld.engine import ENGINE_LOCK
 from agentrl.envs.alfworld.expert import listed_receptacles, observed_receptacle, parse_goal, search_action
 from agentrl.envs.alfworld.tasks import SPLITS, TASK_TYPE_SHORT_NAMES, TRAJ_FILE, list_split_games, task_line
 from agentrl.envs.base import TaskRef, TextEnv
@@ -91,16 +92,18 @@ class ALFWorldEnv(TextEnv):
     # ----- protocol -----------------------------------------------------------------------------
     def _reset_task(self, task: TaskRef) -> tuple[str, dict[str, Any]]:
         from agentrl.envs.alfworld.engine import load_engine_env, load_game
+        from agentrl.envs.alfworld.engine_reset import collector_paused
 
         path = self.games(task.split)[task.index]
         with open(os.path.join(os.path.dirname(path), TRAJ_FILE)) as f:
             self._traj = json.load(f)
-        if self._engine is None:
-            self._engine = load_engine_env(path)
-        else:
-            load_game(self._engine, path)
-        self._game_path = path
-        self._state = self._engine.reset()
+        with ENGINE_LOCK, collector_paused():   # engine_reset: collections walk every live object
+            if self._engine is None:
+                self._engine = load_engine_env(path)
+            else:
+                load_game(self._engine, path)
+            self._game_path = path
+            self._state = self._engine.reset()
         intro = self._state.feedback
         obs = intro[len(BANNER):] if self.strip_banner and intro.startswith(BANNER) else intro
         self._task_line = task_line(intro)
@@ -118,7 +121,8 @@ class ALFWorldEnv(TextEnv):
         return obs, self._info()
 
     def _step_text(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        self._state, score, done = self._engine.step(action)
+        with ENGINE_LOCK:
+            self._state, score, done = self._engine.step(action)
         here = observed_receptacle(self._state.feedback)
         if here is not None:
             self._place_feedback = self._state.feedback
@@ -183,9 +187,10 @@ class ALFWorldEnv(TextEnv):
             walkthrough = json.load(f).get("walkthrough")
         if walkthrough:
             return list(walkthrough)
-        from agentrl.envs.alfworld.engine import load_engine_env, load_game
+        from agentrl.envs.alfworld.engine import load_engine_env
         from agentrl.envs.alfworld.expert import expert_plan
 
-        state = load_engine_env(self._game_path).reset()
+        with ENGINE_LOCK:
+            state = load_engine_env(self._game_path).reset()
         return expert_plan(self._traj["task_type"], self._traj["pddl_params"],
                            state["_facts"], state["_entity_infos"])
