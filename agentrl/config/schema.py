@@ -89,10 +89,10 @@ class EnvConfig:
                                   "the Ray cluster: http://host:port, several separated by commas (each may end in "
                                   "max=N: use at most N of its instances), or @file listing one per line; with "
                                   "several, instances are spread over them and moved off a server that dies "
-                                  "(docs/environments.md, 'Several env servers')")
+                                  "(docs/env-servers.md, 'Several env servers')")
     server_token_file: Optional[str] = F(None, "file holding the shared token of the env.server_url servers (read "
                                          "where each rollout worker runs); unset: $AGENTRL_ENV_TOKEN if set, "
-                                         "else no token (docs/environments.md, 'Authentication and TLS')")
+                                         "else no token (docs/env-servers.md, 'Authentication and TLS')")
     num_servers: int = F(1, "env pool server processes (the env steps of one iteration are spread over them)", min=1)
     step_timeout_s: float = F(60.0, "per-call timeout for env reset/step batches", gt=0)
     reset_timeout_s: float = F(10.0, "extra seconds a reset batch may take per instance one env server resets "

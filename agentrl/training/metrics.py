@@ -19,7 +19,7 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
                 "truncated_prompts", "noop_actions"):
         metrics[f"{prefix}{key}"] = float(result.stats.get(key, 0.0))
     # several env servers (env.server_url): per server, instances it failed and moved off it, and
-    # whether it is down (env/server<i>_failed, _moved, _down; docs/environments.md)
+    # whether it is down (env/server<i>_failed, _moved, _down; docs/env-servers.md)
     for key, value in result.stats.items():
         if key.startswith(("env_server", "max_env_server")):
             metrics["env/" + key.removeprefix("max_").removeprefix("env_")] = float(value)

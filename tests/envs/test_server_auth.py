@@ -141,7 +141,7 @@ def test_tls_with_a_token(tmp_path, monkeypatch):
     server = ShardedHTTPServer("textcraft", 2, token=TOKEN, ssl_certfile=cert, ssl_keyfile=key)
     server.start_background()
     try:
-        monkeypatch.setenv("SSL_CERT_FILE", cert)  # how a client trusts a private CA (docs/environments.md)
+        monkeypatch.setenv("SSL_CERT_FILE", cert)  # how a client trusts a private CA (docs/env-servers.md)
         with EnvClient.http(f"https://127.0.0.1:{server.port}", timeout=30, token=TOKEN) as client:
             assert client.reset([(1, TaskRef("train", 4))])[0].ok
             assert client.step([(1, "inventory")])[0].ok

@@ -14,7 +14,7 @@ def add_cli(subparsers) -> None:
         "serve", help="serve a pool of environment instances over HTTP (JSON API)",
         description="Serve SIZE instances of environment NAME over HTTP, for a trainer in another "
                     "process, virtualenv or machine. API: GET /info, POST /reset, /step, /expert; "
-                    "its OpenAPI description at GET /openapi.json and /docs (see docs/environments.md).")
+                    "its OpenAPI description at GET /openapi.json and /docs (see docs/env-servers.md).")
     p.add_argument("name", help=f"registered environment ({', '.join(ENV_NAMES)})")
     p.add_argument("--port", type=int, default=8400, help="port of the first shard (default 8400)")
     p.add_argument("--host", default="127.0.0.1",
@@ -63,7 +63,7 @@ def run_serve(args) -> int:
         raise UsageError("--ssl-certfile and --ssl-keyfile go together: give both (or neither, for plain HTTP)")
     for flag, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
         if path and not os.path.isfile(path):
-            raise UsageError(f"{flag} {path}: no such file (PEM files; see docs/environments.md, 'Authentication "
+            raise UsageError(f"{flag} {path}: no such file (PEM files; see docs/env-servers.md, 'Authentication "
                              f"and TLS')")
     try:
         token = read_token_file(args.token_file) if args.token_file else token_from_env()
