@@ -27,12 +27,9 @@ SERVERS = ("new", "old")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--envs", default="textcraft", help="comma-separated environments (default: textcraft)")
     parser.add_argument("--rounds", type=int, default=6, help="measurements of each server (default 6)")
-    parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement (default 3)")
-    parser.add_argument("--pool-size", type=int, default=32, help="instances in the served pool (default 32)")
-    parser.add_argument("--shards", type=int, default=2, help="processes of the served pool (default 2)")
-    parser.add_argument("--split", default=None, help="split to draw tasks from (default: the largest)")
-    parser.add_argument("--tasks", type=int, default=64,
-                        help="tasks cycled through, each reset once before timing (default 64)")
+    from agentrl.bench.envs import add_served_pool_arguments
+
+    add_served_pool_arguments(parser)
 
 
 def _server(kind: str, env_name: str, args: argparse.Namespace):

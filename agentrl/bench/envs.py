@@ -25,15 +25,20 @@ HELP = "environment steps/s: in process and through the pool server over Ray and
 INVALID_COMMAND = "look at the sky"
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("--envs", default=",".join(ENV_NAMES),
-                        help=f"comma-separated environments (default: {','.join(ENV_NAMES)})")
+def add_served_pool_arguments(parser) -> None:
+    """The flags of a measurement against a served pool (this bench and ``agentrl bench env-server``)."""
     parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement (default 3)")
     parser.add_argument("--pool-size", type=int, default=32, help="instances in the served pool (default 32)")
     parser.add_argument("--shards", type=int, default=2, help="processes of the served pool (default 2)")
     parser.add_argument("--split", default=None, help="split to draw tasks from (default: the largest)")
     parser.add_argument("--tasks", type=int, default=64,
                         help="tasks cycled through, each reset once before timing (default 64)")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--envs", default=",".join(ENV_NAMES),
+                        help=f"comma-separated environments (default: {','.join(ENV_NAMES)})")
+    add_served_pool_arguments(parser)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray measurement")
     parser.add_argument("--no-http", action="store_true", help="skip the HTTP measurement")
 

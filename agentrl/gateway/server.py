@@ -253,9 +253,9 @@ class Gateway:
             message["tool_calls"] = calls
         logprobs = None
         if body.get("logprobs"):
-            logprobs = {"content": [{"token": self.tokenizer.decode([t], skip_special_tokens=False), "logprob": lp,
-                                     "bytes": list(self.tokenizer.decode([t], skip_special_tokens=False).encode()),
-                                     "top_logprobs": []} for t, lp in zip(ids, generation.logprobs)]}
+            tokens = [self.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+            logprobs = {"content": [{"token": token, "logprob": lp, "bytes": list(token.encode()), "top_logprobs": []}
+                                    for token, lp in zip(tokens, generation.logprobs)]}
         usage = {"prompt_tokens": len(prompt.ids), "completion_tokens": len(ids), "total_tokens": len(prompt.ids) + len(ids)}
         reply_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.get("stream"):

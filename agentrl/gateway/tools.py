@@ -41,8 +41,8 @@ def tools_system_text(tools: Sequence[dict[str, Any]], system: str | None) -> st
     return f"{system or QWEN_DEFAULT_SYSTEM}\n\n{TOOLS_HEADER}\n{listed}\n{TOOLS_FOOTER}"
 
 
-def call_text(call: dict[str, Any]) -> str:
-    """One OpenAI tool call (``{"function": {"name", "arguments"}}``) as a ``<tool_call>`` block."""
+def _name_and_arguments(call: dict[str, Any]) -> tuple[Any, Any]:
+    """An OpenAI tool call's function name and its arguments parsed (a string that is not JSON as it is)."""
     function = call.get("function", call)
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):
@@ -50,7 +50,13 @@ def call_text(call: dict[str, Any]) -> str:
             arguments = json.loads(arguments)
         except json.JSONDecodeError:
             pass
-    body = json.dumps({"name": function.get("name"), "arguments": arguments}, ensure_ascii=False)
+    return function.get("name"), arguments
+
+
+def call_text(call: dict[str, Any]) -> str:
+    """One OpenAI tool call (``{"function": {"name", "arguments"}}``) as a ``<tool_call>`` block."""
+    name, arguments = _name_and_arguments(call)
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
@@ -103,17 +109,7 @@ def parse_tool_calls(text: str) -> ParsedReply:
 
 def calls_key(tool_calls: Sequence[dict[str, Any]] | None) -> str:
     """Tool calls compared by name and parsed arguments (the agent may re-serialise the JSON)."""
-    normal = []
-    for call in tool_calls or ():
-        function = call.get("function", call)
-        arguments = function.get("arguments", {})
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                pass
-        normal.append([function.get("name"), arguments])
-    return json.dumps(normal, sort_keys=True)
+    return json.dumps([list(_name_and_arguments(call)) for call in tool_calls or ()], sort_keys=True)
 
 
 __all__ = ["ParsedReply", "call_text", "calls_key", "parse_tool_calls", "qwen_tool_messages", "tools_system_text"]

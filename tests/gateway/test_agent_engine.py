@@ -15,24 +15,17 @@ from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient
 from agentrl.gateway.agents import load_agent
 from agentrl.gateway.engine import AgentEngine
-from agentrl.models import build_tiny_model, train_tokenizer
-from agentrl.config.schema import TinyModelConfig
 from agentrl.rollout.backends import make_backend
-from agentrl.warmstart.demonstrations import corpus_texts
+from tiny_policy import save_tiny_policy
 
 pytest.importorskip("openai")
-TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-                       max_position_embeddings=4096)
 TASKS = [TaskRef("train", 1), TaskRef("train", 2)]
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    texts = corpus_texts("textcraft", {}, "train", 20, history_length=2, think=True, style="compact")
-    tokenizer = train_tokenizer(texts, vocab_size=800)
     out = tmp_path_factory.mktemp("agents") / "tiny"
-    build_tiny_model(TINY, tokenizer, seed=0).save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    save_tiny_policy(out)
     return str(out)
 
 

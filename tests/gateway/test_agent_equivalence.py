@@ -10,19 +10,16 @@ from __future__ import annotations
 import pytest
 
 from agentrl.config import load_config
-from agentrl.config.schema import TinyModelConfig
 from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient
 from agentrl.gateway.agents import load_agent
 from agentrl.gateway.engine import AgentEngine
-from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
+from agentrl.models import load_tokenizer
 from agentrl.rollout.backends import make_backend
 from agentrl.rollout.engine import RolloutEngine
-from agentrl.warmstart.demonstrations import corpus_texts
+from tiny_policy import save_tiny_policy
 
 pytest.importorskip("openai")
-TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-                       max_position_embeddings=4096)
 
 
 def rows_of(batch) -> dict[tuple[int, int], dict]:
@@ -39,10 +36,7 @@ def rows_of(batch) -> dict[tuple[int, int], dict]:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_openai_textcraft_agent_records_what_the_built_in_loop_records(tmp_path, seed):
-    texts = corpus_texts("textcraft", {}, "train", 20, history_length=2, think=True, style="compact")
-    tokenizer = train_tokenizer(texts, vocab_size=800)
-    build_tiny_model(TINY, tokenizer, seed=seed).save_pretrained(str(tmp_path))
-    tokenizer.save_pretrained(str(tmp_path))
+    save_tiny_policy(tmp_path, seed=seed)
     cfg = load_config("textcraft_grpo_tiny", ["env.max_steps=4", "rollout.max_response_tokens=10",
                                               "rollout.max_prompt_tokens=3000", "rollout.expert_guidance=false",
                                               "rollout.invalid_action_penalty=0.1", "rollout.enable_thinking=true",

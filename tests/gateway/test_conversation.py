@@ -9,14 +9,12 @@ import pytest
 
 from agentrl.gateway import ConversationRenderer, SampledReply, parse_tool_calls, qwen_tool_messages
 from agentrl.gateway.tools import calls_key
-from agentrl.models import build_tiny_model, train_tokenizer  # noqa: F401  (tokenizer below)
-from agentrl.warmstart.demonstrations import corpus_texts
+from tiny_policy import textcraft_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    texts = corpus_texts("textcraft", {}, "train", 20, history_length=2, think=True, style="compact")
-    return train_tokenizer(texts, vocab_size=400)
+    return textcraft_tokenizer(vocab_size=400)
 
 
 def char_ids(tokenizer, text: str) -> list[int]:

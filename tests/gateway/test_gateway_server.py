@@ -8,25 +8,18 @@ import threading
 
 import pytest
 
-from agentrl.config.schema import TinyModelConfig
 from agentrl.gateway.server import Gateway
-from agentrl.models import build_tiny_model, train_tokenizer
 from agentrl.rollout.backends import make_backend
-from agentrl.warmstart.demonstrations import corpus_texts
+from tiny_policy import save_tiny_policy
 
 openai = pytest.importorskip("openai")
 
-TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-                       max_position_embeddings=2048)
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    texts = corpus_texts("textcraft", {}, "train", 20, history_length=2, think=True, style="compact")
-    tokenizer = train_tokenizer(texts, vocab_size=400)
     out = tmp_path_factory.mktemp("gateway") / "tiny"
-    build_tiny_model(TINY, tokenizer, seed=0).save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    tokenizer = save_tiny_policy(out, vocab_size=400)
     backend = make_backend("torch", str(out), max_model_len=1024)
     with Gateway(backend, tokenizer, max_model_len=1024, default_max_tokens=12, batch_wait_s=0.2) as gateway:
         yield gateway, tokenizer
