@@ -61,3 +61,20 @@ def test_the_compared_run_is_read_at_equal_iterations_and_at_equal_training_time
     assert row["equal_time_iteration"] == 2 and row["equal_time"]["diff"] == pytest.approx(-0.25)
     assert report["results"]["summary"]["equal_iterations"]["seeds_compared_ahead"] == 1
     assert json.loads((tmp_path / "parity.json").read_text())["results"]["seeds"][0]["seed"] == 0
+
+
+def test_sync_compared_with_sync_under_overrides_needs_a_name_of_its_own(tmp_path):
+    args = SimpleNamespace(recipe="textcraft_grpo_tiny", compared="sync+rollout.agent=x:y", compared_name="",
+                           seeds="0", iterations=4, compared_iterations=4, eval_every=2, out=str(tmp_path), overrides=[])
+    with pytest.raises(SystemExit, match="--compared-name"):
+        parity.measure(args)
+    # named, the compared runs have directories of their own (found finished here, so nothing trains)
+    write_run(tmp_path / "runs" / "sync-seed0", {2: 130.0, 4: 150.0}, {2: 10.0, 4: 10.0},
+              {0: [0, 1], 2: [0, 1], 4: [1, 1]})
+    write_run(tmp_path / "runs" / "gateway-seed0", {2: 131.0, 4: 152.0}, {2: 10.0, 4: 10.0},
+              {0: [0, 1], 2: [1, 1], 4: [0, 1]})
+    for name in ("sync-seed0", "gateway-seed0"):
+        (tmp_path / "runs" / name / "final_model").mkdir()
+    args.compared_name = "gateway"
+    row = parity.measure(args)["results"]["seeds"][0]
+    assert row["equal_iterations"]["diff"] == pytest.approx(-0.5)

@@ -19,6 +19,8 @@ the per-seed differences with a 95 % t-interval over seeds. Parity means the int
 
     agentrl bench parity --seeds 0,1,2,3,4 --out /tmp/parity
     agentrl bench parity --compared "async+trainer.max_staleness=1" --compared-iterations 24
+    agentrl bench parity --compared "sync+rollout.agent=agentrl.agents.textcraft_openai:run_episode" \
+        --compared-name gateway --compared-iterations 16 rollout.expert_guidance=false
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--recipe", default="textcraft_grpo_tiny", help="the recipe both modes train (default %(default)s)")
     parser.add_argument("--compared", default="async", help="the mode compared with sync, with +key=value overrides "
                                                             "of its own (default %(default)s)")
+    parser.add_argument("--compared-name", default="", help="the compared runs' name (default: the mode); needed "
+                                                                "when the compared mode is sync with overrides")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated trainer seeds (default %(default)s)")
     parser.add_argument("--iterations", type=int, default=16, help="sync's iterations (default %(default)s)")
     parser.add_argument("--compared-iterations", type=int, default=24,
@@ -117,12 +121,16 @@ def paired(sync: dict[tuple, bool], compared: dict[tuple, bool]) -> dict[str, fl
 
 def measure(args) -> dict:
     mode, *own = args.compared.split("+")
+    name = getattr(args, "compared_name", "") or mode
+    if name == "sync":
+        raise SystemExit("agentrl bench parity: the compared runs would share sync's run directories; "
+                         "name them with --compared-name (e.g. --compared-name gateway)")
     started = time.time()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     per_seed = []
     for seed in (int(s) for s in args.seeds.split(",")):
         sync_dir = train(args, f"sync-seed{seed}", "sync", args.iterations, seed, [])
-        other_dir = train(args, f"{mode}-seed{seed}", mode, args.compared_iterations, seed, own)
+        other_dir = train(args, f"{name}-seed{seed}", mode, args.compared_iterations, seed, own)
         sync_time, other_time = training_seconds(sync_dir), training_seconds(other_dir)
         evaluated = sorted(int(p.stem.split("_")[1]) for p in (other_dir / "validation").glob("iter_*.jsonl"))
         budget = sync_time[args.iterations]
