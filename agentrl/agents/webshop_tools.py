@@ -1,6 +1,10 @@
 """WebShop played by an agent that calls tools, written with the ``openai`` client as an outside author would.
 
-    agentrl train recipe=webshop_grpo_tiny rollout.agent=agentrl.agents.webshop_tools:run_episode
+    agentrl train recipe=webshop_grpo_tiny rollout.agent=agentrl.agents.webshop_tools:run_episode \
+    rollout.max_response_tokens=96 trainer.sft.enabled=false
+
+(a tool call takes up to ~82 tokens with the tiny recipe's tokenizer; its SFT warm start teaches
+agentrl's own ``<action>`` prompts, not tool calls).
 
 WebShop's two actions are the agent's two function tools: ``search(query)`` sends ``search[query]``
 and ``click(item)`` sends ``click[item]`` (a button, a product id or an option value of the current

@@ -17,7 +17,7 @@ from agentrl.envs import TaskRef, make_env
 from agentrl.envs.server import EnvClient
 from agentrl.gateway.agents import load_agent
 from agentrl.gateway.engine import AgentEngine
-from agentrl.models import build_tiny_model, train_tokenizer
+from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
 from agentrl.rollout.backends import make_backend
 from agentrl.rollout.backends.base import Generation, GenerationBackend
 from agentrl.runs.tracking import read_metrics
@@ -84,15 +84,15 @@ class RecordedEnv:
 
 
 def play(policy_dir, backend_for, overrides=(), tasks=(TASK,), group_size=1):
-    from agentrl.models import load_tokenizer
-
     cfg = load_config("webshop_grpo_tiny", ["env.max_steps=8", "rollout.max_prompt_tokens=4000",
                                             "rollout.max_response_tokens=300", *overrides])
     actions: dict[int, list[str]] = {}
 
+    run_episode = load_agent("agentrl.agents.webshop_tools:run_episode")
+
     def agent(task):
-        return webshop_tools.run_episode(dataclasses.replace(task, env=RecordedEnv(task.env,
-                                                                                   actions.setdefault(task.traj_id, []))))
+        recorded = RecordedEnv(task.env, actions.setdefault(task.traj_id, []))
+        return run_episode(dataclasses.replace(task, env=recorded))
 
     tokenizer = load_tokenizer(policy_dir)
     backend = backend_for(tokenizer)
@@ -156,7 +156,8 @@ def test_tool_calls_reach_webshop_as_actions_in_one_conversation_that_keeps_the_
 
 def test_a_random_tiny_policy_plays_whole_episodes_through_the_gateway(policy_dir):
     result, actions, _, _ = play(policy_dir, lambda tok: make_backend("torch", policy_dir, max_model_len=4100),
-                                 ["rollout.max_response_tokens=16", "env.max_steps=3", "rollout.invalid_action_penalty=0.1"],
+                                 ["rollout.max_response_tokens=16", "env.max_steps=3",
+                                  "rollout.invalid_action_penalty=0.1"],
                                  tasks=(TaskRef("train", 1), TaskRef("train", 2)), group_size=2)
     batch = result.batch
     assert len(result.episodes) == 4 and all(e.env_error is None for e in result.episodes)
@@ -172,7 +173,7 @@ def test_train_webshop_with_the_tool_agent(tmp_path, ray_head):
     args = ["train", "recipe=webshop_grpo_tiny", *TINY, f"trainer.output_dir={tmp_path}", "trainer.run_name=tools",
             "trainer.sft.enabled=false", "trainer.iterations=2", "trainer.save_every=0", "trainer.eval_every=0",
             "trainer.eval_before_train=false", "trainer.final_checkpoint=false",
-            "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=3", "rollout.max_response_tokens=16",
+            "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=3", "rollout.max_response_tokens=96",
             "rollout.max_prompt_tokens=3000", "rollout.agent=agentrl.agents.webshop_tools:run_episode",
             "rollout.invalid_action_penalty=0.1", "learner.num_ranks=1", "learner.mini_batch_size=12",
             "learner.micro_batch_size=4", "learner.skip_zero_advantage=false", "learner.entropy_coef=0.01",
