@@ -120,7 +120,8 @@ class AgentEngine(RolloutEngine):
         rollout, env = self.rollout_cfg, self.env_cfg
         return {"history_length": env.history_length, "think": rollout.enable_thinking, "style": rollout.prompt_style,
                 "count_repeats": env.history_count_repeats, "show_admissible": rollout.show_admissible,
-                "success_reward": env.success_reward, "invalid_action_penalty": rollout.invalid_action_penalty}
+                "success_reward": env.success_reward, "reward": env.reward,
+                "invalid_action_penalty": rollout.invalid_action_penalty}
 
     def _records(self, episode: GatewayEpisode, outcome, task: TaskRef, group_id: int, traj_id: int
                  ) -> list[dict[str, Any]]:
