@@ -195,3 +195,18 @@ def test_the_openai_agent_records_the_same_greedy_batch_over_vllm_as_over_torch(
             assert {k: v for k, v in row.items() if k != "logprobs"} == \
                 {k: v for k, v in reference[key].items() if k != "logprobs"}, (name, key)
             assert torch.allclose(row["logprobs"], reference[key]["logprobs"], atol=1e-4), (name, key)
+
+
+def test_bench_gateway_runs_both_loops_on_one_vllm_engine():
+    """`agentrl bench gateway --backend vllm`: agentrl's own loop and the agent through the gateway on one
+    engine, the same episodes played by each."""
+    from agentrl.bench import gateway as bench
+    from agentrl.bench._common import parse_target_args
+
+    report = bench._measure(parse_target_args(bench, ["--backend", "vllm", "--tasks", "2", "--group-size", "2",
+                                                      "--max-steps", "2", "--rounds", "1"]))
+    rows, meta = report["results"], report["meta"]
+    assert meta["backend"] == "vllm" and meta["vllm"] and meta["device"] == "cpu"
+    assert rows["engine"]["env_steps"] == rows["gateway"]["env_steps"] == 8       # 4 episodes x 2 steps
+    assert rows["engine"]["failed_episodes"] == rows["gateway"]["failed_episodes"] == 0
+    assert rows["gateway"]["requests_per_engine_call"] > 1 and rows["gateway"]["gateway_vs_engine"] > 0
