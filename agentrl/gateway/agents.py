@@ -11,8 +11,9 @@ An agent is a function (or a class whose instances are called) that plays one ep
 It gets an :class:`AgentTask` and returns the episode's reward: a number, or a dict with ``reward``,
 optionally ``won`` (default: reward > 0), ``step_rewards`` (one per model call; without it the
 reward is given at the last call) and ``score`` (the task score ``agentrl eval`` logs; default: the
-environment's ``info["task_score"]`` at the agent's last ``task.env`` step, else 1 for a win, 0 otherwise). Every model call through the task's key is one step of the
-episode (:mod:`agentrl.gateway.episodes`). An agent that raises, does not return within
+environment's ``info["task_score"]`` at the agent's last ``task.env`` step, else 1 for a win, 0
+otherwise). Every model call through the task's key is one step of the episode
+(:mod:`agentrl.gateway.episodes`). An agent that raises, does not return within
 ``rollout.agent_timeout_s``, returns no reward, makes no model call or breaks its budget costs its
 episode, never the run: the episode is re-run or masked (``rollout.on_env_failure``) as for an
 environment failure.
@@ -128,7 +129,8 @@ def outcome_of(value: Any, calls: int) -> AgentOutcome:
             raise AgentError(f"step_rewards must be {calls} finite numbers, one per model call; got {steps!r}")
         steps = [float(r) for r in steps]
     won, score = value.get("won"), value.get("score")
-    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score)):
+    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
+                              or not math.isfinite(score)):
         raise AgentError(f"the agent's score {score!r} is not a finite number")
     return AgentOutcome(float(reward), bool(won) if won is not None else reward > 0, steps,
                         float(score) if score is not None else None)

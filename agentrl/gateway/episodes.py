@@ -171,7 +171,8 @@ class Batcher:
                         sampling = sampling.with_seed(self.next_seed)
                         self.next_seed += 1
                     samplings.append(sampling)
-                self._call([(p, f) for p, _, _, f in batch], lambda prompts: self.backend.generate_each(prompts, samplings))
+                self._call([(p, f) for p, _, _, f in batch],
+                           lambda prompts: self.backend.generate_each(prompts, samplings))
                 continue
             groups: dict[tuple[SamplingParams, bool], list[tuple[list[int], Future]]] = {}
             for prompt_ids, sampling, seeded, future in batch:

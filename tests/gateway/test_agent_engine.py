@@ -131,7 +131,7 @@ def test_an_engine_failure_fails_the_rollout_not_the_agents(model_dir):
 
     engine.backend.generate = broken
     try:
-        with pytest.raises(RuntimeError, match="generation engine failed during the agents' wave: RuntimeError: engine down"):
+        with pytest.raises(RuntimeError, match="engine failed during the agents' wave: RuntimeError: engine down"):
             engine.run(TASKS[:1], group_size=2, seed=1)
     finally:
         engine.close()

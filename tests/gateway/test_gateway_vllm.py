@@ -176,14 +176,16 @@ def test_the_openai_agent_records_the_same_greedy_batch_over_vllm_as_over_torch(
     agent = load_agent("agentrl.agents.textcraft_openai:run_episode")
     runs = {}
     for name, backend, make in (
-            ("gateway-vllm", vllm_backend, lambda b, c: AgentEngine(b, tokenizer, c, cfg.rollout, cfg.env, agent=agent)),
+            ("gateway-vllm", vllm_backend, lambda b, c: AgentEngine(b, tokenizer, c, cfg.rollout, cfg.env,
+                                                                    agent=agent)),
             ("engine-vllm", vllm_backend, lambda b, c: RolloutEngine(b, tokenizer, c, cfg.rollout, cfg.env)),
             ("gateway-torch", make_backend("torch", path), lambda b, c: AgentEngine(b, tokenizer, c, cfg.rollout,
                                                                                     cfg.env, agent=agent))):
         client = EnvClient.local("textcraft", 4, {"max_steps": 3})
         engine = make(backend, client)
         try:
-            runs[name] = rows_of(engine.run(tasks, group_size=2, sampling=engine.sampling_params(temperature=0), seed=0))
+            greedy = engine.sampling_params(temperature=0)
+            runs[name] = rows_of(engine.run(tasks, group_size=2, sampling=greedy, seed=0))
         finally:
             getattr(engine, "close", lambda: None)()
             client.close()
