@@ -8,8 +8,10 @@ by ``agentrl.agents.textcraft_openai`` (``--agent`` for another) through
 to the gateway, the calls that arrive together batched into one generate call, the env stepped
 per episode. The two run interleaved, ``--rounds`` times each, on the same backend and tasks and
 seeds; reported: env steps/s of each (median over rounds), ``gateway_vs_engine`` (goal >= 0.9),
-and the gateway's requests per engine call. ``--backend vllm`` (where vllm imports; ``--device cuda``
-on a GPU) runs both on vLLM.
+and the gateway's requests per engine call. ``--backend vllm`` (where vllm imports: ``.venv-vllm`` on
+CPU; ``--device cuda`` on a GPU, with the recipe's dtype and ``rollout.vllm.*``, a paper recipe's
+shape with random weights) runs both on one vLLM engine: the engine's calls on this thread, the
+gateway's on its batcher thread.
 """
 
 from __future__ import annotations
@@ -41,14 +43,20 @@ def add_arguments(parser) -> None:
 
 
 def _make_backend(kind: str, model, tokenizer, path: str, cfg, device: str, seed: int):
+    """The backend both loops share: the torch engine over the model, or vLLM over its directory (on a GPU
+    with the recipe's dtype and ``rollout.vllm.*``, as the rollout workers build it)."""
+    from agentrl.models import resolve_dtype
     from agentrl.rollout.backends import TorchBackend
 
+    dtype = resolve_dtype(cfg.model.dtype, device)
     if kind == "torch":
-        return TorchBackend(model, tokenizer)
+        if model is None:          # a paper recipe's shape (random weights): written to path
+            return TorchBackend.from_pretrained(path, device=device, dtype=dtype)
+        return TorchBackend(model.to(device=device, dtype=dtype) if device == "cuda" else model, tokenizer)
     from agentrl.rollout.backends.vllm_engine import VllmBackend
 
     return VllmBackend(path, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens, seed=seed,
-                       device=device, vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)
+                       device=device, dtype=dtype, vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)
 
 
 def _timed(engine, tasks, group_size: int, seed: int) -> dict[str, float]:
@@ -77,8 +85,12 @@ def _measure(args) -> dict:
     size = len(tasks) * cfg.env.group_size
     runs: dict[str, list[dict[str, float]]] = {"engine": [], "gateway": []}
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-gateway-") as model_dir:
-        model, tokenizer, path = _build_model(load_config(args.recipe, list(args.override)), args.seed, model_dir)
+        # a paper recipe (--device cuda) gets its shape with random weights, as in `agentrl bench rollout`
+        paper = cfg.model.name_or_path != "tiny"
+        model_cfg = load_config(args.recipe, (["model.random_init=true"] if paper else []) + list(args.override))
+        model, tokenizer, path = _build_model(model_cfg, args.seed, model_dir)
         backend = _make_backend(args.backend, model, tokenizer, path, cfg, args.device, args.seed)
+        vllm_version = ".".join(map(str, backend.version)) if args.backend == "vllm" else None
         clients = [EnvClient.local(cfg.env.name, size, _env_kwargs(cfg)) for _ in range(2)]
         engines = {"engine": RolloutEngine(backend, tokenizer, clients[0], cfg.rollout, cfg.env),
                    "gateway": AgentEngine(backend, tokenizer, clients[1], cfg.rollout, cfg.env,
@@ -107,14 +119,16 @@ def _measure(args) -> dict:
     rows["gateway"]["gateway_vs_engine"] = rows["gateway"]["env_steps_per_s"] / rows["engine"]["env_steps_per_s"]
     meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "recipe": args.recipe, "agent": args.agent, "backend": args.backend, "device": args.device,
+            "vllm": vllm_version,
             "tasks": len(tasks), "group_size": cfg.env.group_size, "max_steps": cfg.env.max_steps,
             "rounds": args.rounds, "load_avg": os.getloadavg()[0]}
     return {"meta": meta, "results": rows}
 
 
 def _show(meta: dict, rows: dict) -> None:
+    backend = f"vllm {meta['vllm']}" if meta.get("vllm") else meta["backend"]
     print(f"{meta['recipe']}: {meta['tasks']} tasks x {meta['group_size']} episodes, up to {meta['max_steps']} steps, "
-          f"{meta['backend']} on {meta['device']} ({meta['cpu']}, {meta['torch_threads']} thread(s)), "
+          f"{backend} on {meta['device']} ({meta['cpu']}, {meta['torch_threads']} thread(s)), "
           f"{meta['rounds']} interleaved rounds, load {meta['load_avg']:.1f}")
     for name, row in rows.items():
         rounds = ", ".join(f"{r:.1f}" for r in row["rounds"])

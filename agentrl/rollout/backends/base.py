@@ -83,6 +83,9 @@ class GenerationBackend(abc.ABC):
     """A model that generates for a batch of token-id prompts."""
 
     name: str = "backend"
+    #: whether :meth:`generate_each` samples each prompt of one call with settings of its own (vLLM);
+    #: the gateway then batches requests that sample differently into one call
+    per_request_sampling: bool = False
     #: whether :attr:`weights_between_tokens` is called (a backend that decodes token by token here)
     loads_weights_between_tokens: bool = False
     #: set by the rollout worker: called between two decode steps of a generate call, it loads weights
@@ -92,6 +95,13 @@ class GenerationBackend(abc.ABC):
     @abc.abstractmethod
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
         """One response per prompt, in prompt order; deterministic for ``sampling.seed``."""
+
+    def generate_each(self, prompt_ids: Sequence[Sequence[int]], samplings: Sequence[SamplingParams]
+                      ) -> list[Generation]:
+        """One call in which prompt ``i`` samples with ``samplings[i]`` (its seed as given, so a request
+        that names a seed gets the same tokens whatever else is in the call); only where
+        :attr:`per_request_sampling`."""
+        raise NotImplementedError(f"the {self.name} backend samples one setting per call: use generate()")
 
     @abc.abstractmethod
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:

