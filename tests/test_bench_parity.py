@@ -78,3 +78,23 @@ def test_sync_compared_with_sync_under_overrides_needs_a_name_of_its_own(tmp_pat
     args.compared_name = "gateway"
     row = parity.measure(args)["results"]["seeds"][0]
     assert row["equal_iterations"]["diff"] == pytest.approx(-0.5)
+
+
+def test_share_sft_starts_later_seeds_from_the_first_seeds_sft_model(tmp_path, monkeypatch):
+    calls = []
+    for name in ("sync-seed0", "gateway-seed0", "sync-seed1", "gateway-seed1"):
+        write_run(tmp_path / "runs" / name, {2: 130.0}, {2: 10.0}, {0: [0, 1], 2: [1, 1]})
+    (tmp_path / "runs" / "sync-seed0" / "sft_model").mkdir()
+
+    def fake_train(args, name, mode, iterations, seed, extra):
+        calls.append((name, list(extra)))
+        return tmp_path / "runs" / name
+
+    monkeypatch.setattr(parity, "train", fake_train)
+    args = SimpleNamespace(recipe="textcraft_grpo_tiny", compared="sync+rollout.agent=x:y", compared_name="gateway",
+                           seeds="0,1", iterations=2, compared_iterations=2, eval_every=2, out=str(tmp_path),
+                           overrides=[], share_sft=True)
+    parity.measure(args)
+    start = f"trainer.init_checkpoint={tmp_path / 'runs' / 'sync-seed0' / 'sft_model'}"
+    assert calls == [("sync-seed0", []), ("gateway-seed0", ["rollout.agent=x:y"]),
+                     ("sync-seed1", [start]), ("gateway-seed1", [start, "rollout.agent=x:y"])]

@@ -55,6 +55,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--compared-iterations", type=int, default=24,
                         help="the compared mode's iterations (default %(default)s)")
     parser.add_argument("--eval-every", type=int, default=4, help="validation interval of both (default %(default)s)")
+    parser.add_argument("--share-sft", action="store_true",
+                        help="start every later seed's runs from the first seed's SFT model (its sync run's)")
     parser.add_argument("--out", default="/tmp/agentrl-bench-parity", help="runs, SFT cache and results")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides for every run")
 
@@ -127,10 +129,12 @@ def measure(args) -> dict:
                          "name them with --compared-name (e.g. --compared-name gateway)")
     started = time.time()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    per_seed = []
+    per_seed, start = [], []
     for seed in (int(s) for s in args.seeds.split(",")):
-        sync_dir = train(args, f"sync-seed{seed}", "sync", args.iterations, seed, [])
-        other_dir = train(args, f"{name}-seed{seed}", mode, args.compared_iterations, seed, own)
+        sync_dir = train(args, f"sync-seed{seed}", "sync", args.iterations, seed, start)
+        other_dir = train(args, f"{name}-seed{seed}", mode, args.compared_iterations, seed, [*start, *own])
+        if getattr(args, "share_sft", False) and not start and (sync_dir / "sft_model").is_dir():
+            start = [f"trainer.init_checkpoint={sync_dir / 'sft_model'}"]
         sync_time, other_time = training_seconds(sync_dir), training_seconds(other_dir)
         evaluated = sorted(int(p.stem.split("_")[1]) for p in (other_dir / "validation").glob("iter_*.jsonl"))
         budget = sync_time[args.iterations]
@@ -151,7 +155,8 @@ def measure(args) -> dict:
                         "compared": mean_interval([r[key]["compared"] for r in per_seed]),
                         "diff": mean, "diff_95": half, "seeds": len(diffs),
                         "seeds_compared_ahead": sum(d > 0 for d in diffs), "seeds_sync_ahead": sum(d < 0 for d in diffs)}
-    meta = {"cpu": cpu_name(), "recipe": args.recipe, "compared": args.compared, "iterations": args.iterations,
+    meta = {"cpu": cpu_name(), "recipe": args.recipe, "compared": args.compared,
+            "share_sft": bool(getattr(args, "share_sft", False)), "iterations": args.iterations,
             "compared_iterations": args.compared_iterations, "eval_every": args.eval_every,
             "overrides": list(args.overrides), "wall_s": time.time() - started, "out": args.out}
     report = {"meta": meta, "results": {"seeds": per_seed, "summary": summary}}
