@@ -18,11 +18,9 @@ from agentrl.rollout.parsing import parse_response
 from agentrl.rollout.prompts import History, build_prompt_text, task_text
 
 def run_episode(task: AgentTask) -> dict:
-    import openai
-
     loop = {"history_length": 2, "think": True, "style": "compact", "count_repeats": False, "show_admissible": False,
             "success_reward": 10.0, "invalid_action_penalty": 0.1, **task.extra.get("loop", {})}
-    client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0, timeout=300)
+    client = task.openai_client(timeout=300)     # openai.OpenAI(base_url=task.base_url, api_key=task.api_key), pooled
     obs, info = task.env.reset()
     first_obs, first_info = obs, info
     history, rewards, won = History(), [], False

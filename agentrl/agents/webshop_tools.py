@@ -74,14 +74,12 @@ def action_of(call: Any) -> tuple[str | None, str]:
 
 
 def run_episode(task: AgentTask) -> dict:
-    import openai
-
     if task.env is None:
         raise RuntimeError("the WebShop tool agent plays agentrl's webshop environment (task.env)")
     loop = {"history_length": 2, "success_reward": 10.0, "reward": "success", "invalid_action_penalty": 0.1,
             **task.extra.get("loop", {})}
     keep = max(1, int(task.extra.get("keep_turns", loop["history_length"])))
-    client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0, timeout=300)
+    client = task.openai_client(timeout=300)     # openai.OpenAI(base_url=task.base_url, api_key=task.api_key), pooled
     obs, _ = task.env.reset()
     head = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": obs}]
     turns: list[list[dict[str, Any]]] = []

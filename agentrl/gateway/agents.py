@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -81,6 +82,27 @@ class AgentTask:
     env_name: str = ""
     traj_id: int = 0                # this episode's trajectory id in the batch (a re-run keeps it)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def openai_client(self, **options: Any) -> Any:
+        """An ``openai.OpenAI`` client for this episode (its base URL and key, no retries: a retried call
+        would be a second step), sharing one connection pool with every episode of this process.
+        Building a client of one's own costs ~30 ms of CPU (its HTTP client's TLS setup), about twice
+        what the gateway spends on a call; ``options`` go to ``with_options`` (``timeout``, ...)."""
+        return _shared_openai().with_options(base_url=self.base_url, api_key=self.api_key, **options)
+
+
+_SHARED: dict[str, Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_openai() -> Any:
+    with _SHARED_LOCK:
+        if "openai" not in _SHARED:
+            import openai
+
+            _SHARED["openai"] = openai.OpenAI(base_url="http://127.0.0.1/v1", api_key="per-episode", max_retries=0,
+                                              timeout=600.0)
+        return _SHARED["openai"]
 
 
 @dataclass

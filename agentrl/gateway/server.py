@@ -40,7 +40,7 @@ from agentrl.gateway.episodes import Batcher, EngineError, EpisodeRegistry, Gate
 from agentrl.gateway.tools import calls_key, parse_tool_calls
 from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 4
 
 
@@ -75,7 +75,9 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         where = f"messages[{i}]"
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise RequestError(f"{where} needs a role among {', '.join(ROLES)}")
-        clean = {"role": message["role"], "content": _text(message.get("content"), where)}
+        # OpenAI's newer clients send instructions as "developer"; chat templates know them as "system"
+        role = "system" if message["role"] == "developer" else message["role"]
+        clean = {"role": role, "content": _text(message.get("content"), where)}
         if message.get("tool_calls"):
             calls = message["tool_calls"]
             if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)

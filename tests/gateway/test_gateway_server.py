@@ -196,3 +196,26 @@ def test_a_failing_engine_call_is_a_server_error_and_kept(served):
     assert isinstance(gateway.batcher.error, RuntimeError) and gateway.batcher.calls == calls
     assert "engine_error" in gateway.close_episode(episode.key).failure
     gateway.batcher.error = None
+
+
+def test_episode_clients_share_one_connection_pool_and_keep_their_own_keys(served):
+    from agentrl.envs.base import TaskRef
+    from agentrl.gateway.agents import AgentTask
+
+    gateway, _ = served
+    episodes = [gateway.open_episode(f"pool-{i}") for i in range(2)]
+    tasks = [AgentTask(TaskRef("train", 0), gateway.base_url, e.key, gateway.model_name, None, 3) for e in episodes]
+    clients = [t.openai_client(timeout=30) for t in tasks]
+    assert clients[0]._client is clients[1]._client and clients[0].max_retries == 0      # one pool, no retries
+    for agent in clients + clients[:1]:
+        agent.chat.completions.create(model="agentrl-policy", messages=USER, max_tokens=4)
+    assert [len(gateway.close_episode(e.key).steps) for e in episodes] == [2, 1]
+
+
+def test_a_developer_message_is_rendered_as_the_system_message(served):
+    gateway, _ = served
+    episode = gateway.open_episode("developer")
+    developer = [{"role": "developer", "content": "Craft items."}, USER[1]]
+    client(gateway, episode.key).chat.completions.create(model="agentrl-policy", messages=developer, max_tokens=4)
+    step = gateway.close_episode(episode.key).steps[0]
+    assert step.prompt_ids == gateway.renderer.prompt(USER).ids and step.messages[0]["role"] == "system"
