@@ -137,9 +137,9 @@ def run_episode(task: AgentTask, *, streaming: bool = False) -> dict:
     graph.compile().invoke({"messages": [SystemMessage(SYSTEM), HumanMessage(game.obs)]},
                            {"recursion_limit": 2 * task.max_steps + 4, "max_concurrency": 1})
 
-    rewards = []
+    rewards, valid = [], []
     for call in game.calls:
-        valid = call.tool_calls > 0 and call.actions == call.tool_calls
-        penalty = 0.0 if valid or call.gateway_invalid else loop["invalid_action_penalty"]
+        valid.append(call.tool_calls > 0 and call.actions == call.tool_calls)
+        penalty = 0.0 if valid[-1] or call.gateway_invalid else loop["invalid_action_penalty"]
         rewards.append((loop["success_reward"] if call.won else 0.0) - penalty)
-    return {"reward": sum(rewards), "won": game.won, "step_rewards": rewards}
+    return {"reward": sum(rewards), "won": game.won, "step_rewards": rewards, "step_valid": valid}

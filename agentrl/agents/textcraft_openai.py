@@ -23,7 +23,7 @@ def run_episode(task: AgentTask) -> dict:
     client = task.openai_client(timeout=300)     # openai.OpenAI(base_url=task.base_url, api_key=task.api_key), pooled
     obs, info = task.env.reset()
     first_obs, first_info = obs, info
-    history, rewards, won = History(), [], False
+    history, rewards, valid, won = History(), [], [], False
     for _ in range(task.max_steps):
         admissible = list(info.get("admissible_actions") or []) if loop["show_admissible"] else []
         text = build_prompt_text(task.env_name, task_text(task.env_name, first_obs, first_info, info), obs, history,
@@ -36,9 +36,10 @@ def run_episode(task: AgentTask) -> dict:
         won_now = bool(next_info.get("won", False))
         reward = loop["success_reward"] if won_now and not won else 0.0
         rewards.append(reward - (0.0 if parsed.valid else loop["invalid_action_penalty"]))
+        valid.append(parsed.valid)
         won = won_now
         history.add(obs, parsed.action)
         obs, info = next_obs, next_info
         if done:
             break
-    return {"reward": sum(rewards), "won": won, "step_rewards": rewards}
+    return {"reward": sum(rewards), "won": won, "step_rewards": rewards, "step_valid": valid}

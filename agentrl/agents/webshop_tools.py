@@ -84,6 +84,7 @@ def run_episode(task: AgentTask) -> dict:
     head = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": obs}]
     turns: list[list[dict[str, Any]]] = []
     rewards: list[float] = []
+    valid: list[bool] = []
     won = False
     for _ in range(task.max_steps):
         messages = head + [m for turn in turns[-keep:] for m in turn]
@@ -101,6 +102,7 @@ def run_episode(task: AgentTask) -> dict:
         won = won or won_now
         charged = not calls and _BLOCK.search(message.content or "")      # the gateway charged it already
         rewards.append(reward - (loop["invalid_action_penalty"] if action is None and not charged else 0.0))
+        valid.append(action is not None)
         assistant: dict[str, Any] = {"role": "assistant", "content": message.content}
         if calls:
             assistant["tool_calls"] = [{"id": c.id, "type": "function",
@@ -113,4 +115,4 @@ def run_episode(task: AgentTask) -> dict:
             turns.append([assistant, {"role": "user", "content": NUDGE + obs}])
         if done:
             break
-    return {"reward": sum(rewards), "won": won, "step_rewards": rewards}
+    return {"reward": sum(rewards), "won": won, "step_rewards": rewards, "step_valid": valid}

@@ -10,7 +10,8 @@ An agent is a function (or a class whose instances are called) that plays one ep
 
 It gets an :class:`AgentTask` and returns the episode's reward: a number, or a dict with ``reward``,
 optionally ``won`` (default: reward > 0), ``step_rewards`` (one per model call; without it the
-reward is given at the last call) and ``score`` (the task score ``agentrl eval`` logs; default: the
+reward is given at the last call), ``step_valid`` (one bool per model call: whether the call gave a
+valid action, for ``action_valid`` and the invalid-action counts; default: its tool calls parsed) and ``score`` (the task score ``agentrl eval`` logs; default: the
 environment's ``info["task_score"]`` at the agent's last ``task.env`` step, else 1 for a win, 0
 otherwise). Every model call through the task's key is one step of the episode
 (:mod:`agentrl.gateway.episodes`). An agent that raises, does not return within
@@ -110,6 +111,7 @@ class AgentOutcome:
     reward: float
     won: bool
     step_rewards: list[float] | None = None
+    step_valid: list[bool] | None = None    # whether each call gave a valid action, as the agent judged
     score: float | None = None          # the task score (WebShop's purchase score), if the agent gives one
 
 
@@ -150,11 +152,15 @@ def outcome_of(value: Any, calls: int) -> AgentOutcome:
                 isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) for r in steps):
             raise AgentError(f"step_rewards must be {calls} finite numbers, one per model call; got {steps!r}")
         steps = [float(r) for r in steps]
+    valid = value.get("step_valid")
+    if valid is not None:
+        if not isinstance(valid, list) or len(valid) != calls or not all(isinstance(v, bool) for v in valid):
+            raise AgentError(f"step_valid must be {calls} booleans, one per model call; got {valid!r}")
     won, score = value.get("won"), value.get("score")
     if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
                               or not math.isfinite(score)):
         raise AgentError(f"the agent's score {score!r} is not a finite number")
-    return AgentOutcome(float(reward), bool(won) if won is not None else reward > 0, steps,
+    return AgentOutcome(float(reward), bool(won) if won is not None else reward > 0, steps, valid,
                         float(score) if score is not None else None)
 
 

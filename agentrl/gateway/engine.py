@@ -91,7 +91,7 @@ class AgentEngine(RolloutEngine):
             score = outcome.score if outcome.score is not None else task_score(env.last_info if env else {})
             results.append(EpisodeResult(group_id, traj_id, task, task.split, outcome.won,
                                          sum(r["env_reward"] - r["invalid_penalty"] for r in rows), len(rows),
-                                         sum(s.invalid_tool_calls > 0 for s in closed.steps), score=score,
+                                         sum(not r["action_valid"] for r in rows), score=score,
                                          transcript=self._transcript(closed, rows, env) if self.record_transcripts
                                          else None))
             tally.add("generated_tokens", sum(len(s.response_ids) for s in closed.steps))
@@ -136,10 +136,11 @@ class AgentEngine(RolloutEngine):
         steps = episode.steps
         rewards = outcome.step_rewards or [0.0] * (len(steps) - 1) + [outcome.reward]
         penalty = float(self.rollout_cfg.invalid_action_penalty)
+        valid = outcome.step_valid or [True] * len(steps)     # the agent's judgement, and the tool calls parsed
         return [{"group_id": group_id, "traj_id": traj_id, "step": i, "prompt_ids": s.prompt_ids,
                  "response_ids": s.response_ids, "rollout_logprobs": s.logprobs, "env_reward": rewards[i],
                  "invalid_penalty": penalty if s.invalid_tool_calls else 0.0, "done": i == len(steps) - 1,
-                 "success": outcome.won, "anchor_obs": s.anchor, "action_valid": s.invalid_tool_calls == 0,
+                 "success": outcome.won, "anchor_obs": s.anchor, "action_valid": s.invalid_tool_calls == 0 and valid[i],
                  "policy_version": s.policy_version, "task_type": task.split, "action": ""}
                 for i, s in enumerate(steps)]
 
@@ -153,7 +154,7 @@ class AgentEngine(RolloutEngine):
         for i, (step, row) in enumerate(zip(episode.steps, rows)):
             entry = {"observation": step.anchor, "response": self.tokenizer.decode(step.response_ids,
                                                                                    skip_special_tokens=True),
-                     "valid": step.invalid_tool_calls == 0, "reward": row["env_reward"] - row["invalid_penalty"]}
+                     "valid": row["action_valid"], "reward": row["env_reward"] - row["invalid_penalty"]}
             actions = [a for calls, a in (env.actions if env else []) if calls == i + 1]
             if len(actions) == 1:
                 entry["action"] = actions[0]

@@ -136,3 +136,26 @@ def test_an_engine_failure_fails_the_rollout_not_the_agents(model_dir):
     finally:
         engine.close()
         client.close()
+
+
+def test_the_agents_step_valid_sets_action_valid_and_the_invalid_count(model_dir):
+    from agentrl.gateway.agents import AgentError, outcome_of
+
+    def judged(task):
+        client = task.openai_client()
+        for _ in range(2):
+            client.chat.completions.create(model=task.model, messages=[{"role": "user", "content": "hi"}])
+        return {"reward": 0.0, "step_valid": [task.traj_id % 2 == 0, True]}
+
+    engine, client = engine_for(model_dir, judged)
+    try:
+        result = engine.run(TASKS, group_size=2, seed=1)
+    finally:
+        engine.close()
+        client.close()
+    batch = result.batch
+    invalid = {(int(batch.traj_id[i]), int(batch.step[i])) for i in range(len(batch)) if not batch.action_valid[i]}
+    assert invalid == {(1, 0), (3, 0)}
+    assert [e.invalid_actions for e in result.episodes] == [0, 1, 0, 1]
+    with pytest.raises(AgentError, match="step_valid must be 2 booleans"):
+        outcome_of({"reward": 1.0, "step_valid": [True]}, 2)

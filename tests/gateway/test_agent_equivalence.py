@@ -1,7 +1,7 @@
 """The proof that the gateway records what agentrl's own loop records: the TextCraft loop rewritten as an
 outside agent with the ``openai`` client (agentrl.agents.textcraft_openai), played through the
 gateway, gives the same StepBatch as the built-in engine for the same tasks and weights: the same
-prompt and response ids, rewards, anchors, done and success flags, row by row (greedy sampling: the
+prompt and response ids, rewards, anchors, done, success and valid-action flags, row by row (greedy sampling: the
 built-in loop batches every episode's step into one call, the gateway whatever arrives, so sampled
 noise would differ)."""
 
@@ -30,7 +30,7 @@ def rows_of(batch) -> dict[tuple[int, int], dict]:
         out[(int(batch.traj_id[i]), int(batch.step[i]))] = {
             "prompt": prompt, "response": response, "reward": round(float(batch.reward[i]), 6),
             "anchor": batch.anchor_obs[i], "done": bool(batch.done[i]), "success": bool(batch.success[i]),
-            "group": int(batch.group_id[i])}
+            "group": int(batch.group_id[i]), "valid": bool(batch.action_valid[i])}
     return out
 
 

@@ -129,7 +129,8 @@ def test_tool_calls_reach_webshop_as_actions_in_one_conversation_that_keeps_the_
                           webshop_tools.NO_ACTION, f"click[{option}]", "click[buy now]"]
     episode, batch = result.episodes[0], result.batch
     assert episode.env_error is None and episode.won and len(batch) == 7
-    assert batch.action_valid.tolist() == [True, False, True, True, True, True, True]    # the gateway's own count
+    # invalid: the plain reply and the unknown tool (the agent says so: step_valid), the malformed block (the gateway)
+    assert batch.action_valid.tolist() == [False, False, True, True, False, True, True]
     rewards = (batch.env_reward - batch.invalid_penalty).tolist()
     assert rewards == pytest.approx([-PENALTY, -PENALTY, 0, 0, -PENALTY, 0, 10.0])           # each charged once
     assert batch.done.tolist() == [False] * 6 + [True] and bool(batch.success.all())
