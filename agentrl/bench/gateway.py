@@ -6,7 +6,8 @@ in process (every active episode's step in one generate call); ``gateway`` the s
 by ``agentrl.agents.textcraft_openai`` (``--agent`` for another) through
 :class:`~agentrl.gateway.engine.AgentEngine`: one thread and one ``openai`` client per episode, HTTP
 to the gateway, the calls that arrive together batched into one generate call, the env stepped
-per episode. The two run interleaved, ``--rounds`` times each, on the same backend and tasks and
+per episode; ``--agent-processes N``: the agents in N processes of their own (their CPU counted).
+The two run interleaved, ``--rounds`` times each, on the same backend and tasks and
 seeds; reported: env steps/s of each (median over rounds), ``gateway_vs_engine`` (goal >= 0.9),
 and the gateway's requests per engine call. ``--backend vllm`` (where vllm imports: ``.venv-vllm`` on
 CPU; ``--device cuda`` on a GPU, with the recipe's dtype and ``rollout.vllm.*``, a paper recipe's
@@ -30,6 +31,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--recipe", default="textcraft_grpo_tiny", help="tiny recipe (default textcraft_grpo_tiny)")
     parser.add_argument("--agent", default="agentrl.agents.textcraft_openai:run_episode",
                         help="the outside agent (module:function), playing the recipe's environment")
+    parser.add_argument("--agent-processes", type=int, default=0,
+                        help="play the agents in this many processes (rollout.agent_processes; default 0: threads)")
     parser.add_argument("--tasks", type=int, default=None, help="tasks (default: env.tasks_per_iteration)")
     parser.add_argument("--group-size", type=int, default=None, help="episodes per task (default: env.group_size)")
     parser.add_argument("--max-steps", type=int, default=None, help="steps per episode (default: env.max_steps)")
@@ -59,10 +62,16 @@ def _make_backend(kind: str, model, tokenizer, path: str, cfg, device: str, seed
                        device=device, dtype=dtype, vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)
 
 
+def _cpu_seconds(engine) -> float:
+    """This process's CPU time, and its agent processes' (rollout.agent_processes)."""
+    processes = getattr(engine, "processes", None)
+    return time.process_time() + (processes.cpu_seconds() if processes is not None else 0.0)
+
+
 def _timed(engine, tasks, group_size: int, seed: int) -> dict[str, float]:
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu = time.perf_counter(), _cpu_seconds(engine)
     result = engine.run(tasks, group_size, seed=seed)
-    return {"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
+    return {"seconds": time.perf_counter() - start, "cpu_s": _cpu_seconds(engine) - cpu,
             "env_steps": float(result.stats.get("env_steps", 0)), "episodes": float(len(result.episodes)),
             "failed": float(result.stats.get("env_failures", 0))}
 
@@ -74,13 +83,13 @@ def _measure(args) -> dict:
     from agentrl.config.loading import load_config
     from agentrl.envs import TaskRef
     from agentrl.envs.server import EnvClient
-    from agentrl.gateway.agents import load_agent
     from agentrl.gateway.engine import AgentEngine
     from agentrl.rollout.engine import RolloutEngine
 
     torch.set_num_threads(max(1, args.threads))
     args.split, args.temperature = None, None
     cfg = workload(args)
+    cfg.rollout.agent_processes = max(0, int(getattr(args, "agent_processes", 0)))
     tasks = [TaskRef(cfg.env.train_split, i) for i in range(cfg.env.tasks_per_iteration)]
     size = len(tasks) * cfg.env.group_size
     runs: dict[str, list[dict[str, float]]] = {"engine": [], "gateway": []}
@@ -94,7 +103,7 @@ def _measure(args) -> dict:
         clients = [EnvClient.local(cfg.env.name, size, _env_kwargs(cfg)) for _ in range(2)]
         engines = {"engine": RolloutEngine(backend, tokenizer, clients[0], cfg.rollout, cfg.env),
                    "gateway": AgentEngine(backend, tokenizer, clients[1], cfg.rollout, cfg.env,
-                                          agent=load_agent(args.agent))}
+                                          agent=args.agent)}
         try:
             for engine in engines.values():                       # warm-up: first-call costs
                 engine.run(tasks[:1], min(2, cfg.env.group_size), seed=args.seed + 1)
@@ -121,7 +130,7 @@ def _measure(args) -> dict:
             "recipe": args.recipe, "agent": args.agent, "backend": args.backend, "device": args.device,
             "vllm": vllm_version,
             "tasks": len(tasks), "group_size": cfg.env.group_size, "max_steps": cfg.env.max_steps,
-            "rounds": args.rounds, "load_avg": os.getloadavg()[0]}
+            "rounds": args.rounds, "agent_processes": cfg.rollout.agent_processes, "load_avg": os.getloadavg()[0]}
     return {"meta": meta, "results": rows}
 
 
@@ -129,7 +138,9 @@ def _show(meta: dict, rows: dict) -> None:
     backend = f"vllm {meta['vllm']}" if meta.get("vllm") else meta["backend"]
     print(f"{meta['recipe']}: {meta['tasks']} tasks x {meta['group_size']} episodes, up to {meta['max_steps']} steps, "
           f"{backend} on {meta['device']} ({meta['cpu']}, {meta['torch_threads']} thread(s)), "
-          f"{meta['rounds']} interleaved rounds, load {meta['load_avg']:.1f}")
+          f"{meta['rounds']} interleaved rounds, agents in "
+          f"{meta.get('agent_processes') or 'threads of the'} {'processes' if meta.get('agent_processes') else 'worker'}, "
+          f"load {meta['load_avg']:.1f}")
     for name, row in rows.items():
         rounds = ", ".join(f"{r:.1f}" for r in row["rounds"])
         print(f"  {name:8s} {row['env_steps_per_s']:8.1f} env steps/s (median; rounds {rounds}), "

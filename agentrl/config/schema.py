@@ -171,6 +171,9 @@ class RolloutConfig:
     agent: Optional[str] = F(None, "an agent written outside agentrl that plays the episodes through an "
                              "OpenAI-compatible gateway (module:function, docs/agents.md); every model call is one "
                              "step; None = agentrl's own agent loop")
+    agent_processes: int = F(0, "rollout.agent: play the episodes in this many processes per rollout worker "
+                             "(their environment stepped through the gateway) instead of threads of the worker, "
+                             "which share its interpreter lock with the engine; 0 = threads", min=0)
     agent_timeout_s: float = F(600.0, "an agent episode (rollout.agent) that has not returned after this long fails "
                                "(re-run or masked as rollout.on_env_failure says)", gt=0)
     max_env_failures: int = F(16, "failed episodes one rollout call tolerates; one more stops the run with a "

@@ -23,7 +23,9 @@ from typing import Any, Sequence
 
 from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
-from agentrl.gateway.agents import AgentError, AgentTask, EnvSession, outcome_of
+from agentrl.errors import UsageError
+from agentrl.gateway.agent_processes import AgentProcesses, AgentRun, RemoteEnv
+from agentrl.gateway.agents import AgentError, AgentTask, EnvSession, load_agent, outcome_of
 from agentrl.gateway.episodes import GatewayEpisode
 from agentrl.gateway.server import Gateway
 from agentrl.rollout.backends.base import SamplingParams
@@ -38,7 +40,15 @@ class AgentEngine(RolloutEngine):
                  stop_strings: Sequence[str] = (), host: str = "127.0.0.1", **kwargs: Any):
         super().__init__(backend, tokenizer, env_client, rollout_cfg, env_cfg, instance_ids=instance_ids,
                          stop_strings=stop_strings, **kwargs)
-        self.agent = agent
+        # the agent (module:function, or the callable) plays in threads of this process, or in
+        # rollout.agent_processes processes of its own (which load it from its name)
+        self.agent = load_agent(agent) if isinstance(agent, str) else agent
+        self.processes = None
+        if getattr(rollout_cfg, "agent_processes", 0):
+            if not isinstance(agent, str):
+                raise UsageError("rollout.agent_processes needs the agent by name (module:function), which each "
+                                 "agent process imports")
+            self.processes = AgentProcesses(agent, int(rollout_cfg.agent_processes))
         self.gateway = Gateway(backend, tokenizer, host=host,
                                max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
                                default_max_tokens=rollout_cfg.max_response_tokens,
@@ -101,15 +111,22 @@ class AgentEngine(RolloutEngine):
         return RolloutResult(batch, sorted(results, key=lambda r: r.traj_id), stats)
 
     def _start(self, task: TaskRef, traj_id: int, instance_id: int, seed: int
-               ) -> tuple[threading.Thread, GatewayEpisode, dict[str, Any], EnvSession | None]:
+               ) -> tuple[threading.Thread | AgentRun, GatewayEpisode, dict[str, Any], EnvSession | None]:
         episode = self.gateway.open_episode(f"traj {traj_id}", max_calls=self.env_cfg.max_steps,
                                             max_tokens=self.rollout_cfg.max_prompt_tokens
                                             + self.rollout_cfg.max_response_tokens)
         env = EnvSession(self.client, instance_id, task, self.env_cfg.step_timeout_s,
                          calls=lambda: len(episode.steps)) if self.client else None
-        context = AgentTask(task, self.gateway.base_url, episode.key, self.gateway.model_name, env,
+        agent_env = env
+        if self.processes is not None and env is not None:     # stepped here, through the gateway
+            episode.env = env
+            agent_env = RemoteEnv(self.gateway.base_url, episode.key, self.env_cfg.step_timeout_s)
+        context = AgentTask(task, self.gateway.base_url, episode.key, self.gateway.model_name, agent_env,
                             self.env_cfg.max_steps, seed=seed * 1_000_003 + traj_id, env_name=self.env_name,
                             traj_id=traj_id, extra={"loop": self.loop_settings()})
+        if self.processes is not None:
+            run = self.processes.start(context)
+            return run, episode, run.box, env
         box: dict[str, Any] = {}
 
         def play() -> None:
@@ -166,6 +183,8 @@ class AgentEngine(RolloutEngine):
         return out
 
     def close(self) -> None:
+        if self.processes is not None:
+            self.processes.close()
         self.gateway.close()
 
 

@@ -50,6 +50,7 @@ class GatewayEpisode:
     sampled: list[SampledReply] = field(default_factory=list)
     failure: str | None = None             # why the episode is failed (a budget, a malformed request, ...)
     closed: bool = False
+    env: Any = None                        # the episode's EnvSession, stepped for an agent in a process of its own
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def fail(self, reason: str) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 import uvicorn
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -133,6 +134,7 @@ class Gateway:
         self.host, self.port = host, self.socket.getsockname()[1]
         self.app = Starlette(routes=[Route("/v1/models", self._models, methods=["GET"]),
                                      Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                                     Route("/agentrl/env/{what:str}", self._env, methods=["POST"]),
                                      Route("/health", self._health, methods=["GET"])])
         self._uvicorn = uvicorn.Server(uvicorn.Config(self.app, lifespan="off", log_config=None, log_level="error",
                                                       access_log=False, server_header=False, date_header=False))
@@ -184,6 +186,36 @@ class Gateway:
             if episode is not None and err.status != 401:
                 episode.fail(f"{err.code}: {err}")
             return _error(err)
+
+    async def _env(self, request: Request) -> Response:
+        """The episode's environment for an agent in a process of its own (agent_processes.RemoteEnv):
+        ``reset`` and ``step`` (``{"action": ...}``) of the instance the worker holds for the episode."""
+        from agentrl.gateway.agents import AgentError
+
+        what = request.path_params["what"]
+        try:
+            episode = self._episode(request)
+            if what not in ("reset", "step"):
+                raise RequestError(f"unknown env call {what!r}: reset or step", 404, "not_found")
+            if episode.env is None or episode.closed:
+                raise RequestError("this episode has no environment here (or is over)", 400, "no_env")
+            if what == "reset":
+                obs, info = await run_in_threadpool(episode.env.reset)
+                return Response(orjson.dumps({"obs": obs, "info": info}, default=str), 200,
+                                media_type="application/json")
+            try:
+                action = orjson.loads(await request.body()).get("action")
+            except (orjson.JSONDecodeError, AttributeError) as err:
+                raise RequestError(f"the body must be {{\"action\": \"...\"}}: {err}") from err
+            if not isinstance(action, str):
+                raise RequestError("the body must be {\"action\": \"...\"} with a string action")
+            obs, reward, done, info = await run_in_threadpool(episode.env.step, action)
+            return Response(orjson.dumps({"obs": obs, "reward": reward, "done": done, "info": info}, default=str),
+                            200, media_type="application/json")
+        except RequestError as err:
+            return _error(err)
+        except AgentError as err:
+            return _error(RequestError(str(err), 502, "env_error", "env_error"))
 
     def _sampling(self, body: dict[str, Any], prompt_len: int, episode: GatewayEpisode) -> tuple[SamplingParams, bool]:
         if body.get("n", 1) != 1:

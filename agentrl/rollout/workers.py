@@ -109,11 +109,10 @@ class RolloutWorker:
             self.client = EnvClient.ray_actors(list(env_source), timeout=env_cfg.step_timeout_s)
             self.env_text = f"{len(env_source)} Ray env pool actor(s) of {env_cfg.name}"
         if getattr(rollout_cfg, "agent", None):       # an outside agent through the gateway (docs/agents.md)
-            from agentrl.gateway.agents import load_agent
             from agentrl.gateway.engine import AgentEngine
 
             self.engine = AgentEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
-                                      agent=load_agent(rollout_cfg.agent), instance_ids=instance_ids,
+                                      agent=rollout_cfg.agent, instance_ids=instance_ids,
                                       stop_strings=stop_strings)
         else:
             self.engine = RolloutEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,

@@ -6,6 +6,7 @@ that raises, hangs, returns no reward, makes no call or breaks its budget costs 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import pytest
@@ -159,3 +160,21 @@ def test_the_agents_step_valid_sets_action_valid_and_the_invalid_count(model_dir
     assert [e.invalid_actions for e in result.episodes] == [0, 1, 0, 1]
     with pytest.raises(AgentError, match="step_valid must be 2 booleans"):
         outcome_of({"reward": 1.0, "step_valid": [True]}, 2)
+
+
+def test_agents_in_processes_fail_alone_and_step_their_env_through_the_gateway(model_dir):
+    engine, client = engine_for(model_dir, "process_agents:steps_then_misbehaves", "rollout.agent_processes=2",
+                                "rollout.on_env_failure=mask", "rollout.agent_timeout_s=120")
+    try:
+        result = engine.run(TASKS, group_size=2, seed=1)
+        pids = {p.pid for p in engine.processes._processes}
+    finally:
+        engine.close()
+        client.close()
+    errors = {e.traj_id: e.env_error for e in result.episodes}
+    assert "ValueError: agent bug in a process" in errors[0]
+    # episodes 1 and 3 share the second process (round-robin): its death fails both, the first plays on
+    assert "the agent process died (exit code 3)" in errors[1] and "process died" in errors[3]
+    assert errors[2] is None and set(result.batch.traj_id.tolist()) == {2}
+    assert float(result.batch.reward.sum()) == 1.0        # its env step went through the gateway to this process's env
+    assert os.getpid() not in pids and len(pids) == 2      # played elsewhere; the dead process was replaced

@@ -12,7 +12,6 @@ import pytest
 from agentrl.config import load_config
 from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient
-from agentrl.gateway.agents import load_agent
 from agentrl.gateway.engine import AgentEngine
 from agentrl.models import load_tokenizer
 from agentrl.rollout.backends import make_backend
@@ -34,18 +33,18 @@ def rows_of(batch) -> dict[tuple[int, int], dict]:
     return out
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_openai_textcraft_agent_records_what_the_built_in_loop_records(tmp_path, seed):
+@pytest.mark.parametrize("seed,processes", [(0, 0), (1, 0), (0, 2)])
+def test_the_openai_textcraft_agent_records_what_the_built_in_loop_records(tmp_path, seed, processes):
     save_tiny_policy(tmp_path, seed=seed)
     cfg = load_config("textcraft_grpo_tiny", ["env.max_steps=4", "rollout.max_response_tokens=10",
                                               "rollout.max_prompt_tokens=3000", "rollout.expert_guidance=false",
                                               "rollout.invalid_action_penalty=0.1", "rollout.enable_thinking=true",
-                                              "env.history_length=3"])
+                                              "env.history_length=3", f"rollout.agent_processes={processes}"])
     tasks = [TaskRef("pool_depth2", 3), TaskRef("pool_depth2", 7)]
     batches = []
     for make in (lambda b, c: RolloutEngine(b, load_tokenizer(str(tmp_path)), c, cfg.rollout, cfg.env),
                  lambda b, c: AgentEngine(b, load_tokenizer(str(tmp_path)), c, cfg.rollout, cfg.env,
-                                          agent=load_agent("agentrl.agents.textcraft_openai:run_episode"))):
+                                          agent="agentrl.agents.textcraft_openai:run_episode")):
         client = EnvClient.local("textcraft", 4, {"max_steps": 4})
         engine = make(make_backend("torch", str(tmp_path), max_model_len=3010), client)
         try:
