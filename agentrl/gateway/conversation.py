@@ -50,6 +50,9 @@ class RenderedPrompt:
     tokenized: list[bool] = field(default_factory=list)
     token_in_token_out: bool = True          # False: the template is not prefix-stable, all was tokenized
     text: str = ""                           # the rendered conversation with the generation prompt
+    #: ids of the leading system message (the instructions and tools), 0 when there is none or the
+    #: template is not prefix-stable: what a left truncation keeps before the conversation's last tokens
+    system_len: int = 0
 
 
 class ConversationRenderer:
@@ -101,7 +104,7 @@ class ConversationRenderer:
         if not all(texts[k].startswith(texts[k - 1]) for k in range(1, len(texts))) or not full.startswith(texts[-1]):
             return RenderedPrompt(self._ids(full), [True] * len(messages), False, full)
         ids: list[int] = []
-        assistant = 0
+        assistant, system_len = 0, 0
         for k, message in enumerate(rendered, start=1):
             segment = texts[k][len(texts[k - 1]):]
             reply = None
@@ -110,6 +113,8 @@ class ConversationRenderer:
                 assistant += 1
             if reply is None:
                 ids += self._ids(segment)
+                if k == 1 and message["role"] == "system":
+                    system_len = len(ids)
                 continue
             ids += self._reply_ids(rendered[:k - 1], template_tools, texts[k - 1], reply)
         ids += self._ids(full[len(texts[-1]):])
@@ -120,7 +125,7 @@ class ConversationRenderer:
                 assistant += 1
             else:
                 tokenized.append(True)
-        return RenderedPrompt(ids, tokenized, True, full)
+        return RenderedPrompt(ids, tokenized, True, full, system_len)
 
     def _reply_ids(self, before: list[dict[str, Any]], tools: list[Any], before_text: str,
                    reply: SampledReply) -> list[int]:

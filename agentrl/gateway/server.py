@@ -271,7 +271,10 @@ class Gateway:
             if self.prompt_truncation != "left":
                 raise RequestError(f"the prompt has {len(prompt.ids)} tokens, more than the {self.max_prompt_tokens} "
                                    "a call may send (rollout.max_prompt_tokens)", 400, "context_length_exceeded")
-            prompt.ids = prompt.ids[-self.max_prompt_tokens:]      # as agentrl's own loop: its last tokens
+            # as agentrl's own loop: the last tokens; after the system message (instructions, tools) if
+            # there is one and it takes at most half the room
+            keep = prompt.system_len if 0 < prompt.system_len <= self.max_prompt_tokens // 2 else 0
+            prompt.ids = prompt.ids[:keep] + prompt.ids[len(prompt.ids) - (self.max_prompt_tokens - keep):]
             self.truncated_prompts += 1
         sampling, seeded = self._sampling(body, len(prompt.ids), episode)
         try:

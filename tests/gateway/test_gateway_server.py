@@ -219,3 +219,20 @@ def test_a_developer_message_is_rendered_as_the_system_message(served):
     client(gateway, episode.key).chat.completions.create(model="agentrl-policy", messages=developer, max_tokens=4)
     step = gateway.close_episode(episode.key).steps[0]
     assert step.prompt_ids == gateway.renderer.prompt(USER).ids and step.messages[0]["role"] == "system"
+
+
+def test_left_truncation_keeps_the_system_message_and_the_last_tokens(served):
+    gateway, tokenizer = served
+    long_user = [{"role": "system", "content": "Craft items. Tools: get, craft."},
+                 {"role": "user", "content": "Inventory: [oak planks] (4). " * 60 + "Goal: craft stick."}]
+    whole = gateway.renderer.prompt(long_user)
+    assert 0 < whole.system_len < 60 < len(whole.ids)
+    with Gateway(gateway.batcher.backend, tokenizer, max_model_len=1024, default_max_tokens=4, max_prompt_tokens=120,
+                 prompt_truncation="left") as short:
+        for messages, kept in ((long_user, whole.system_len), (long_user[1:], 0)):   # without a system message:
+            episode = short.open_episode("long")                                      # the last tokens only
+            client(short, episode.key).chat.completions.create(model="m", messages=messages, max_tokens=4)
+            ids = short.close_episode(episode.key).steps[0].prompt_ids
+            full = short.renderer.prompt(messages).ids
+            assert len(ids) == 120 and ids[:kept] == full[:kept] and ids[kept:] == full[-(120 - kept):]
+        assert short.truncated_prompts == 2
