@@ -33,6 +33,9 @@ def add_arguments(parser) -> None:
                         help="the outside agent (module:function), playing the recipe's environment")
     parser.add_argument("--agent-processes", type=int, default=0,
                         help="play the agents in this many processes (rollout.agent_processes; default 0: threads)")
+    parser.add_argument("--instant-engine", action="store_true",
+                        help="replace the model by an engine that answers at once (a fixed valid reply): what the "
+                             "loop and the gateway cost around a generation that costs nothing")
     parser.add_argument("--tasks", type=int, default=None, help="tasks (default: env.tasks_per_iteration)")
     parser.add_argument("--group-size", type=int, default=None, help="episodes per task (default: env.group_size)")
     parser.add_argument("--max-steps", type=int, default=None, help="steps per episode (default: env.max_steps)")
@@ -60,6 +63,27 @@ def _make_backend(kind: str, model, tokenizer, path: str, cfg, device: str, seed
 
     return VllmBackend(path, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens, seed=seed,
                        device=device, dtype=dtype, vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)
+
+
+def _instant_engine(tokenizer):
+    """A generation backend that costs nothing: every request gets the same valid TextCraft reply
+    (``inventory``), log-prob 0, so episodes run their full length on both sides and what is measured
+    is the loop, the HTTP stack and the agents: the ceiling an infinitely fast engine would leave."""
+    from agentrl.rollout.backends.base import Generation, GenerationBackend
+
+    reply = list(tokenizer("<think>look</think><action>inventory</action>", add_special_tokens=False)["input_ids"])
+
+    class InstantEngine(GenerationBackend):
+        name = "instant"
+
+        def generate(self, prompt_ids, sampling):
+            ids = reply[:sampling.max_tokens]
+            return [Generation(list(ids), [0.0] * len(ids), "stop") for _ in prompt_ids]
+
+        def load_weights(self, state_dict) -> None:
+            pass
+
+    return InstantEngine()
 
 
 def _cpu_seconds(engine) -> float:
@@ -98,8 +122,9 @@ def _measure(args) -> dict:
         paper = cfg.model.name_or_path != "tiny"
         model_cfg = load_config(args.recipe, (["model.random_init=true"] if paper else []) + list(args.override))
         model, tokenizer, path = _build_model(model_cfg, args.seed, model_dir)
-        backend = _make_backend(args.backend, model, tokenizer, path, cfg, args.device, args.seed)
-        vllm_version = ".".join(map(str, backend.version)) if args.backend == "vllm" else None
+        backend = (_instant_engine(tokenizer) if getattr(args, "instant_engine", False) else
+                   _make_backend(args.backend, model, tokenizer, path, cfg, args.device, args.seed))
+        vllm_version = ".".join(map(str, backend.version)) if hasattr(backend, "version") else None
         clients = [EnvClient.local(cfg.env.name, size, _env_kwargs(cfg)) for _ in range(2)]
         engines = {"engine": RolloutEngine(backend, tokenizer, clients[0], cfg.rollout, cfg.env),
                    "gateway": AgentEngine(backend, tokenizer, clients[1], cfg.rollout, cfg.env,
@@ -127,7 +152,8 @@ def _measure(args) -> dict:
     rows["gateway"]["requests_per_engine_call"] = per_call
     rows["gateway"]["gateway_vs_engine"] = rows["gateway"]["env_steps_per_s"] / rows["engine"]["env_steps_per_s"]
     meta = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "recipe": args.recipe, "agent": args.agent, "backend": args.backend, "device": args.device,
+            "recipe": args.recipe, "agent": args.agent, "device": args.device,
+            "backend": "instant" if getattr(args, "instant_engine", False) else args.backend,
             "vllm": vllm_version,
             "tasks": len(tasks), "group_size": cfg.env.group_size, "max_steps": cfg.env.max_steps,
             "rounds": args.rounds, "agent_processes": cfg.rollout.agent_processes, "load_avg": os.getloadavg()[0]}
