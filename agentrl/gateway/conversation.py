@@ -60,6 +60,9 @@ class ConversationRenderer:
 
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
+        # a fast tokenizer's Rust encoder, called through encode_batch, which releases the interpreter
+        # lock while it works (long prompts of many agents are tokenized in parallel, beside the engine)
+        self._rust = getattr(tokenizer, "backend_tokenizer", None)
         template = getattr(tokenizer, "chat_template", None) or ""
         self.template_takes_tools = "tools" in template
 
@@ -78,7 +81,11 @@ class ConversationRenderer:
                                                   **kwargs)
 
     def _ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+        if not text:
+            return []
+        if self._rust is not None:
+            return list(self._rust.encode_batch([text], add_special_tokens=False)[0].ids)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def naive_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """The whole conversation rendered and tokenized at once (what re-tokenizing gives)."""

@@ -266,7 +266,8 @@ class Gateway:
         extra = body.get("agentrl") if isinstance(body.get("agentrl"), dict) else {}
         with episode.lock:
             sampled = list(episode.sampled)
-        prompt = self.renderer.prompt(messages, tools, sampled)
+        # off the event loop: other requests are read and answered meanwhile
+        prompt = await run_in_threadpool(self.renderer.prompt, messages, tools, sampled)
         if self.max_prompt_tokens and len(prompt.ids) > self.max_prompt_tokens:
             if self.prompt_truncation != "left":
                 raise RequestError(f"the prompt has {len(prompt.ids)} tokens, more than the {self.max_prompt_tokens} "
