@@ -41,13 +41,18 @@ def engine_for(model_dir, agent, *overrides):
     return engine, client
 
 
-def test_an_openai_agent_gives_one_row_per_model_call(model_dir):
-    engine, client = engine_for(model_dir, load_agent("agentrl.agents.textcraft_openai:run_episode"))
+def play(model_dir, agent, *overrides):
+    """Both tasks, two episodes each, with ``agent`` (the engine and its env closed after)."""
+    engine, client = engine_for(model_dir, agent, *overrides)
     try:
-        result = engine.run(TASKS, group_size=2, seed=1)
+        return engine.run(TASKS, group_size=2, seed=1)
     finally:
         engine.close()
         client.close()
+
+
+def test_an_openai_agent_gives_one_row_per_model_call(model_dir):
+    result = play(model_dir, load_agent("agentrl.agents.textcraft_openai:run_episode"))
     batch = result.batch
     assert len(result.episodes) == 4 and all(e.env_error is None for e in result.episodes)
     assert sorted(set(batch.traj_id.tolist())) == [0, 1, 2, 3] and sorted(set(batch.group_id.tolist())) == [0, 1]
@@ -73,12 +78,7 @@ def flaky_and_broken(task):
 
 
 def test_a_failing_agent_costs_its_episode_which_is_re_run_or_masked(model_dir):
-    engine, client = engine_for(model_dir, flaky_and_broken, "rollout.on_env_failure=mask")
-    try:
-        masked = engine.run(TASKS, group_size=2, seed=1)
-    finally:
-        engine.close()
-        client.close()
+    masked = play(model_dir, flaky_and_broken, "rollout.on_env_failure=mask")
     errors = {e.traj_id: e.env_error for e in masked.episodes}
     assert "RuntimeError: agent bug" in errors[0] and "not a reward" in errors[1]
     assert "made no model call" in errors[2] and errors[3] is None
@@ -109,13 +109,8 @@ def test_a_hung_agent_or_one_over_budget_fails_within_the_timeout(model_dir):
             client.chat.completions.create(model=task.model, messages=[{"role": "user", "content": "hi"}])
         return 1.0
 
-    engine, client = engine_for(model_dir, hangs_or_loops, "rollout.on_env_failure=mask", "rollout.agent_timeout_s=6")
     started = time.monotonic()
-    try:
-        result = engine.run(TASKS, group_size=2, seed=1)
-    finally:
-        engine.close()
-        client.close()
+    result = play(model_dir, hangs_or_loops, "rollout.on_env_failure=mask", "rollout.agent_timeout_s=6")
     assert time.monotonic() - started < 20
     errors = {e.traj_id: e.env_error for e in result.episodes}
     assert "did not finish within rollout.agent_timeout_s=6" in errors[0]
@@ -148,12 +143,7 @@ def test_the_agents_step_valid_sets_action_valid_and_the_invalid_count(model_dir
             client.chat.completions.create(model=task.model, messages=[{"role": "user", "content": "hi"}])
         return {"reward": 0.0, "step_valid": [task.traj_id % 2 == 0, True]}
 
-    engine, client = engine_for(model_dir, judged)
-    try:
-        result = engine.run(TASKS, group_size=2, seed=1)
-    finally:
-        engine.close()
-        client.close()
+    result = play(model_dir, judged)
     batch = result.batch
     invalid = {(int(batch.traj_id[i]), int(batch.step[i])) for i in range(len(batch)) if not batch.action_valid[i]}
     assert invalid == {(1, 0), (3, 0)}
