@@ -1,6 +1,6 @@
 """`agentrl train` with an outside agent (rollout.agent) through the real CLI: the openai-client
-TextCraft agent plays every episode through the gateway of each rollout worker, and the learner
-updates on the rows of its model calls."""
+TextCraft agent plays every episode through the gateway of each rollout worker (in threads of the
+worker, or in a process it spawns), and the learner updates on the rows of its model calls."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ pytest.importorskip("openai")
 pytestmark = pytest.mark.slow
 
 
-def test_train_with_an_outside_agent(tmp_path, tiny_start_model, ray_head):
+@pytest.mark.parametrize("processes", [0, 1])     # agents in threads of the Ray rollout worker, or spawned by it
+def test_train_with_an_outside_agent(tmp_path, tiny_start_model, ray_head, processes):
     args = ["train", "recipe=textcraft_gigpo_tiny", *TINY, f"trainer.output_dir={tmp_path}", "trainer.run_name=agent",
             f"trainer.init_checkpoint={tiny_start_model}", "trainer.iterations=2", "trainer.save_every=0",
             "trainer.eval_every=0", "trainer.eval_before_train=false", "trainer.final_checkpoint=false",
             "env.tasks_per_iteration=2", "env.group_size=2", "env.max_steps=3", "rollout.max_response_tokens=8",
             "rollout.max_prompt_tokens=3000", "rollout.agent=agentrl.agents.textcraft_openai:run_episode",
-            "rollout.expert_guidance=false",
+            "rollout.expert_guidance=false", f"rollout.agent_processes={processes}",
             "learner.num_ranks=1", "learner.mini_batch_size=8", "learner.micro_batch_size=4",
             "learner.skip_zero_advantage=false", "learner.entropy_coef=0.01", "logging.wandb.mode=disabled"]
     proc = run_cli(args, extra_env=ray_head)
