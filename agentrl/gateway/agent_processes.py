@@ -22,6 +22,8 @@ import pickle
 import queue
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import orjson
@@ -38,9 +40,6 @@ class RemoteEnv:
         self.key, self.timeout = key, timeout
 
     def _post(self, what: str, body: dict[str, Any]) -> dict[str, Any]:
-        import urllib.error
-        import urllib.request
-
         request = urllib.request.Request(self.url + what, data=orjson.dumps(body), method="POST",
                                          headers={"Authorization": f"Bearer {self.key}",
                                                   "Content-Type": "application/json"})
