@@ -80,7 +80,7 @@ class RolloutWorker:
                  torch_threads: int | None = None, num_workers: int = 1, stop_strings: Sequence[str] = (),
                  hidden_layer: int | None = None, spare_instance_ids: Sequence[int] = ()):
         from agentrl.envs.server import EnvClient
-        from agentrl.envs.server.auth import export_token_file
+        from agentrl.envs.server.auth import load_token_file
         from agentrl.envs.server.servers import connect_env_servers
         from agentrl.models import load_tokenizer, resolve_dtype
         from agentrl.rollout.backends import make_backend
@@ -101,7 +101,7 @@ class RolloutWorker:
         if hidden_layer is not None:
             self.backend.record_hidden(hidden_layer)
         if isinstance(env_source, str):
-            export_token_file(env_cfg.server_token_file)   # read on this worker's node
+            load_token_file(env_cfg.server_token_file)   # read on this worker's node, kept from its children
             self.client = connect_env_servers(env_source, env_cfg.step_timeout_s, spare_instance_ids)
             self.env_text = (self.client.describe() if hasattr(self.client, "describe")
                              else f"the env server at {env_source}")
@@ -372,7 +372,7 @@ class RolloutWorkerGroup:
                  worker_slots: Sequence[ActorSlot] | None = None, env_slots: Sequence[ActorSlot] | None = None):
         import ray
 
-        from agentrl.envs.server.auth import export_token_file
+        from agentrl.envs.server.auth import load_token_file
         from agentrl.envs.server.ray_pool import launch_ray_shards
         from agentrl.envs.server.servers import spares_per_worker
         from agentrl.models import load_tokenizer, stop_token_ids
@@ -386,7 +386,7 @@ class RolloutWorkerGroup:
         spares: list[list[int]] = [[] for _ in range(self.num_workers)]
         if env_url is not None:
             env_source: Any = env_url
-            export_token_file(env_cfg.server_token_file)   # the servers are probed from here first
+            load_token_file(env_cfg.server_token_file)   # the servers are probed from here first
             spares = spares_per_worker(env_url, self.num_envs, self.num_workers, env_cfg.step_timeout_s)
         elif env_actors is not None:
             env_source = list(env_actors)
