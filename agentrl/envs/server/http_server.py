@@ -194,6 +194,7 @@ class ShardedHTTPServer:
                 child.terminate()
         if self._started:
             self.server.shutdown()
+        self.server.server_close()
 
     def _start_supervisor(self) -> None:
         if self.children:
