@@ -241,6 +241,7 @@ def test_prompts_the_gateway_cuts_are_counted_in_the_rollout_stats_and_warned_ab
     assert result.stats["truncated_prompts"] == result.stats["env_steps"] > 0      # before: 0
     metrics = episode_metrics(result)
     assert metrics["rollout/truncated_prompts"] > 0 and "rollout/dropped_system_messages" in metrics
+    capsys.readouterr()
     warning = PromptCutWarning()
     for iteration in (1, 2):
         warning.check(metrics, iteration, 64)
