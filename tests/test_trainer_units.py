@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from agentrl.config import load_config
+from agentrl.config.modes import training_mode
 from agentrl.errors import UsageError
 from agentrl.estimators import estimator_class, estimator_from_config, registered_names
 from agentrl.runs.directory import RunDirectory, TrainerState
@@ -243,7 +244,7 @@ def test_the_off_policy_correction_is_on_by_default_when_the_rollout_runs_ahead(
     from agentrl.learner.losses import LossSettings
 
     cfg = load_config("textcraft_grpo_tiny", overrides)
-    assert LossSettings.from_config(cfg.learner, trainer_mode=cfg.trainer.mode).rollout_is_cap == cap
+    assert LossSettings.from_config(cfg.learner, rollout_runs_ahead=training_mode(cfg.trainer.mode).overlapped).rollout_is_cap == cap
 
 
 def test_an_uncorrected_overlapped_run_says_so(capsys):

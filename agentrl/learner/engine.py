@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from agentrl.config.schema import Config
+from agentrl.config.modes import training_mode
 from agentrl.data import StepBatch
 from agentrl.estimators.base import LossOptions
 from agentrl.learner import distributed
@@ -105,10 +106,9 @@ def sampled_logprobs(batch: StepBatch) -> torch.Tensor:
 
 
 def staleness_levels(cfg: Config) -> int:
-    """How many staleness levels a trained token can have: 1 + ``trainer.max_staleness`` with
-    ``trainer.mode=async``, 2 with one_step_off; 0 (none reported) with sync."""
-    mode = cfg.trainer.mode
-    return 0 if mode == "sync" else 2 if mode == "one_step_off" else 1 + cfg.trainer.max_staleness
+    """How many staleness levels a trained token can have (``TrainingMode.staleness_levels``: 1 +
+    ``trainer.max_staleness`` with ``trainer.mode=async``, 2 with one_step_off; 0, none reported, with sync)."""
+    return training_mode(cfg.trainer.mode).staleness_levels(cfg.trainer)
 
 
 def warn_if_zero3_on_one_rank(zero_stage: int, world_size: int) -> None:
@@ -303,7 +303,7 @@ class Learner:
         """``learner.*`` and the estimator's :class:`~agentrl.estimators.LossOptions`."""
         options = options or LossOptions()
         return LossSettings.from_config(self.cfg.learner, action_level_ratio=options.action_level_ratio,
-                                        trainer_mode=self.cfg.trainer.mode)
+                                        rollout_runs_ahead=training_mode(self.cfg.trainer.mode).overlapped)
 
     def update(self, batch: StepBatch, options: Optional[LossOptions] = None, version: Optional[int] = None
                ) -> dict[str, float]:

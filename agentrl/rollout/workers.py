@@ -488,7 +488,7 @@ class RolloutWorkerGroup:
 
         ray.get(calls)
 
-    # ----- streaming (agentrl.rollout.streaming) ----------------------------------------------------
+    # ----- streaming (agentrl.rollout.sources.streaming) ----------------------------------------------------
     def serve_groups(self, sampling: SamplingParams, group_size: int, seed: int, expert_guidance: bool = False,
                      failure_block: int = 0) -> tuple[int, list]:
         """Start every worker's group pool (:meth:`RolloutWorker.serve_groups`): the session's number
