@@ -159,8 +159,8 @@ class RolloutConfig:
                          "its GPU); broadcast = a process group of the learner's rank 0 and the workers, NCCL on GPUs "
                          "(gloo on CPU); packed = flat byte buckets through host memory and Ray's object store; auto = "
                          "ipc where it applies, else broadcast on GPUs (packed with placement.layout=colocated, "
-                         "where NCCL cannot join two processes on one GPU), else packed",
-                         choices=("auto", "ipc", "broadcast", "packed"))
+                         "where NCCL cannot join two processes on one GPU), else packed; or a weight path of your "
+                         "own by import path (agentrl.weights.WeightPath)")
     weights_between_tokens: bool = F(True, "weights that reach a rollout worker during a generate call (trainer.mode="
                                      "async) are loaded between two tokens and the response finishes on them, each "
                                      "token's version recorded (StepBatch.response_versions); backends that generate "
