@@ -5,7 +5,7 @@ in a process of its own (a crash or a hang costs that probe only):
   device (:data:`ENGINE_MODULES`; ``import vllm`` alone is lazy and proves nothing) and the packages a
   training run imports, each ok or its error, with seconds;
 * ``ipc``: CUDA IPC between two processes with agentrl's own primitives
-  (:func:`agentrl.weights.transfer.ipc_handles` / ``open_ipc_handles``, i.e. ``reduce_tensor`` and
+  (:func:`agentrl.weights.ipc.ipc_handles` / ``open_ipc_handles``, i.e. ``reduce_tensor`` and
   ``rebuild_cuda_tensor``): a child process opens the handle of a tensor of this one, checks its sum and
   writes into it, and this process sees the write;
 * ``sleep``: vLLM's sleep mode (the cuMem allocator) on a small random model: greedy outputs, then sleep
@@ -135,7 +135,7 @@ def probe_ipc(result: ResultFile) -> None:
     """A tensor of this process opened by a child process through a CUDA IPC handle, read and written there."""
     import torch
 
-    from agentrl.weights.transfer import ipc_handles
+    from agentrl.weights import ipc_handles
 
     numel = IPC_PROBE_MB * 2**20 // 4
     tensor = torch.arange(numel, device="cuda", dtype=torch.float32)
@@ -163,7 +163,7 @@ def ipc_child() -> None:
     """The receiving end of :func:`probe_ipc`: handles on stdin, ``{"sum", "open_s"}`` on stdout."""
     import torch
 
-    from agentrl.weights.transfer import open_ipc_handles
+    from agentrl.weights import open_ipc_handles
 
     handles = pickle.loads(sys.stdin.buffer.read())
     start = time.perf_counter()

@@ -4,7 +4,7 @@ The tree (``Config``) is built from the dataclass defaults, then the recipe's YA
 ``key=value`` overrides (see :mod:`agentrl.config.loading`). Two sections are generated from
 declarations that live with the code that reads them: ``algorithm`` from the estimators' ``Params``
 (agentrl.estimators) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
-...) from agentrl.warmstart.options. Field metadata:
+...) from agentrl.config.sft_options. Field metadata:
 
 ``help``     one line shown by ``agentrl config --keys`` and in docs/configuration.md
 ``choices``  the accepted values (strings)
@@ -17,6 +17,8 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from agentrl.config.modes import mode_help
 
 
 def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
@@ -157,8 +159,8 @@ class RolloutConfig:
                          "its GPU); broadcast = a process group of the learner's rank 0 and the workers, NCCL on GPUs "
                          "(gloo on CPU); packed = flat byte buckets through host memory and Ray's object store; auto = "
                          "ipc where it applies, else broadcast on GPUs (packed with placement.layout=colocated, "
-                         "where NCCL cannot join two processes on one GPU), else packed",
-                         choices=("auto", "ipc", "broadcast", "packed"))
+                         "where NCCL cannot join two processes on one GPU), else packed; or a weight path of your "
+                         "own by import path (agentrl.weights.WeightPath)")
     weights_between_tokens: bool = F(True, "weights that reach a rollout worker during a generate call (trainer.mode="
                                      "async) are loaded between two tokens and the response finishes on them, each "
                                      "token's version recorded (StepBatch.response_versions); backends that generate "
@@ -303,8 +305,8 @@ class SftGeneralSettings:
 def _sft_config_class() -> type:
     """``trainer.sft``: the general keys (``trainer.sft.<key>``) and one section per warm-start technique
     (``trainer.sft.<technique>.<key>``), generated from the techniques' declarations
-    (agentrl.warmstart.options); a section's type is the technique's own options dataclass."""
-    from agentrl.warmstart.options import TECHNIQUES
+    (agentrl.config.sft_options); a section's type is the technique's own options dataclass."""
+    from agentrl.config.sft_options import TECHNIQUES
 
     hints = typing.get_type_hints(SftGeneralSettings)
     fields: list[tuple[str, Any, Any]] = [
@@ -335,10 +337,7 @@ class TrainerConfig:
     resume: str = F("auto", "auto = continue the run in output_dir if it has a checkpoint; never; or a path")
     init_checkpoint: Optional[str] = F(None, "start from this checkpoint or model directory (skips SFT)")
     device: str = F("auto", "auto = cuda when available, else cpu", choices=("auto", "cpu", "cuda"))
-    mode: str = F("sync", "sync = rollout, then update, in turn; one_step_off = the rollout of iteration k+1 runs "
-                  "while the learner updates on iteration k (one policy version per rollout); async = the rollout "
-                  "workers run continuously, new weights reach them between env steps (docs/async.md)",
-                  choices=("sync", "one_step_off", "async"))
+    mode: str = F("sync", mode_help())
     max_staleness: int = F(2, "trainer.mode=async: a group is trained at most this many policy versions after the "
                            "oldest version that generated one of its steps; older groups are dropped and counted. "
                            "Also how many iterations' groups the stream runs ahead of the learner", min=1)

@@ -5,7 +5,6 @@ falls back to the newest complete one with one warning line, and the real learne
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,7 @@ from agentrl.learner.engine import Learner
 from agentrl.runs import directory as run_directory_module
 from agentrl.runs.directory import COMMIT_MARKER, RunDirectory, TrainerState, checkpoint_problem
 from reliability_kit import record_figures
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "learner"))
-from tiny_setup import learner_config, step_batch, write_tiny_model  # noqa: E402
+from tiny_setup import learner_config, step_batch, write_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,7 @@ def require_agent(cfg: Config) -> None:
     """Stop before anything starts when ``rollout.agent`` cannot be loaded here (the rollout workers load
     it again where they run): no colon, a module that does not import, a missing or non-callable name."""
     if cfg.rollout.agent:
-        from agentrl.gateway.agents import load_agent
+        from agentrl.rollout.agents.task import load_agent
 
         load_agent(cfg.rollout.agent)
 

@@ -32,10 +32,16 @@ from typing import Any, Callable, Iterable
 
 from agentrl.envs.base import TaskRef
 from agentrl.errors import UsageError
+from agentrl.gateway.episodes import EnvCallError
 
 
 class AgentError(RuntimeError):
     """An agent's episode failed (the message says how); the run goes on."""
+
+
+class EnvSessionError(AgentError, EnvCallError):
+    """The episode's environment call failed: the agent's episode fails, and the gateway's env proxy
+    (an agent in a process of its own) answers 502."""
 
 
 class EnvSession:
@@ -45,7 +51,7 @@ class EnvSession:
     the transcript's last observation) and each action with the number of model calls made before it
     (``calls``: the episode's call count, read at each step), which places it after its call in the
     transcript. Once the episode is over (:func:`close_sessions`: it ended, or its agent timed out) every
-    call is refused with :class:`AgentError`, so an agent that wakes up late never reaches the
+    call is refused with :class:`EnvSessionError`, so an agent that wakes up late never reaches the
     instance, which another episode may be using by then."""
 
     def __init__(self, client: Any, instance_id: int, task: TaskRef, timeout: float | None = None,
@@ -60,8 +66,8 @@ class EnvSession:
 
     def _open(self) -> None:
         if self.closed:
-            raise AgentError("this episode is over (it ended, or its agent ran past rollout.agent_timeout_s): "
-                             "task.env takes no more calls")
+            raise EnvSessionError("this episode is over (it ended, or its agent ran past rollout.agent_timeout_s): "
+                                  "task.env takes no more calls")
 
     def reset(self) -> tuple[str, dict[str, Any]]:
         with self._calling:
@@ -69,7 +75,7 @@ class EnvSession:
             result = self.client.reset([(self.instance_id, self.task)], timeout=self.timeout,
                                        on_shard_error="report")[0]
         if not result.ok:
-            raise AgentError(f"env reset failed: {result.error}")
+            raise EnvSessionError(f"env reset failed: {result.error}")
         self.last_obs, self.last_info, self.actions = result.obs, result.info or {}, []
         return result.obs, result.info
 
@@ -79,7 +85,7 @@ class EnvSession:
             self.actions.append((self.calls() if self.calls else 0, action))
             result = self.client.step([(self.instance_id, action)], timeout=self.timeout, on_shard_error="report")[0]
         if not result.ok:
-            raise AgentError(f"env step failed: {result.error}")
+            raise EnvSessionError(f"env step failed: {result.error}")
         self.last_obs, self.last_info = result.obs, result.info or {}
         return result.obs, float(result.reward), bool(result.terminated or result.truncated), result.info
 
@@ -197,4 +203,5 @@ def outcome_of(value: Any, calls: int) -> AgentOutcome:
                         float(score) if score is not None else None)
 
 
-__all__ = ["AgentError", "AgentOutcome", "AgentTask", "EnvSession", "close_sessions", "load_agent", "outcome_of"]
+__all__ = ["AgentError", "AgentOutcome", "AgentTask", "EnvSession", "EnvSessionError", "close_sessions", "load_agent",
+           "outcome_of"]

@@ -111,7 +111,7 @@ def test_configuration_reference_is_up_to_date():
 
     from agentrl.config.reference import render
 
-    doc = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+    doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert doc.read_text() == render(), "regenerate: python -m agentrl.config.reference > docs/configuration.md"
 
 
@@ -136,7 +136,7 @@ def test_settings_that_are_off_at_zero_refuse_values_below_their_bound(key, bad,
 def test_warm_start_techniques_are_generated_sections_of_trainer_sft():
     import typing
 
-    from agentrl.warmstart.options import TECHNIQUES, DaggerOptions
+    from agentrl.config.sft_options import TECHNIQUES, DaggerOptions
 
     sft_hints = typing.get_type_hints(type(Config().trainer.sft))
     assert set(TECHNIQUES) == {"dagger", "recovery", "balance"}
