@@ -1,5 +1,6 @@
-"""``agentrl bench hardening``: the HTTP servers under attack, this tree against an older checkout, in
-one run (docs/benchmarks.md, "Hardening"; docs/reliability.md, "Limits").
+"""``agentrl bench hardening``: the HTTP servers under attack, this tree against an earlier revision's
+(``--baseline REV``, default 85d0bf4: before the connection limits; its ``agentrl/`` taken from git),
+in one run (docs/benchmarks.md, "The servers under attack"; docs/reliability.md, "Limits").
 
 Each attack runs against a fresh server of each tree, in alternating order (new, old; then old, new
 for the next attack), while a legitimate client plays and ``/health`` is probed every 20 ms
@@ -15,13 +16,14 @@ for the next attack), while a legitimate client plays and ``/health`` is probed 
 
 Reported per attack and tree: ``/health`` p50/p99/max, the legitimate calls' p50/p99/max (env steps
 and resets, or chat calls), failed probes and calls, episodes lost, the server's memory growth.
-Older checkout: ``git worktree add /tmp/old 85d0bf4`` then ``--old /tmp/old``.
+``--baseline none`` measures this tree alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,18 +31,21 @@ from typing import Any
 import agentrl
 from agentrl.bench._attacks import (ClaimedBodies, HugeHeads, HugeRequest, IdleConnections, Watch, start_env_server,
                                     start_gateway)
-from agentrl.bench._common import cpu_name, run_report
+from agentrl.bench._common import cpu_name, extract_revision, run_report
+from agentrl.errors import UsageError
 from agentrl.runtime.http_connections import raise_file_limit
 
 HELP = ("the env server and the gateway under attack (idle connections, huge heads, claimed bodies, a huge "
         "request): /health and a legitimate client's latency, memory; this tree against --old")
 ATTACKS = ("none", "idle", "heads", "bodies", "request")
+DEFAULT_BASELINE = "85d0bf4"
 THIS_TREE = str(Path(agentrl.__file__).resolve().parents[1])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--old", default=None, metavar="DIR",
-                        help="a checkout of an older commit to compare with (git worktree add /tmp/old 85d0bf4)")
+    parser.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="REV",
+                        help=f"git revision whose servers are attacked too (default {DEFAULT_BASELINE}, before the "
+                             "connection limits; 'none': this tree alone); needs a git checkout of agentrl")
     parser.add_argument("--attacks", default=",".join(ATTACKS), help=f"comma-separated, of {', '.join(ATTACKS)}")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each attack is held (default 5)")
     parser.add_argument("--file-limit", type=int, default=1024, help="the env server's file limit in 'idle' (1024)")
@@ -83,18 +88,21 @@ def measure_once(tree: str, name: str, args: argparse.Namespace) -> dict[str, An
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     raise_file_limit()      # this process holds the attacking connections
-    trees = {"new": THIS_TREE, **({"old": str(Path(args.old).resolve())} if args.old else {})}
     names = [n.strip() for n in args.attacks.split(",") if n.strip()]
     unknown = sorted(set(names) - set(ATTACKS))
     if unknown:
-        raise SystemExit(f"agentrl bench hardening: unknown attack(s) {unknown}; choose from {', '.join(ATTACKS)}")
+        raise UsageError(f"bench hardening: unknown attack(s) {', '.join(unknown)}; choose from {', '.join(ATTACKS)}")
     load_before = os.getloadavg()
     results: dict[str, Any] = {}
-    for n, name in enumerate(names):
-        order = list(trees) if n % 2 == 0 else list(trees)[::-1]
-        results[name] = {kind: measure_once(trees[kind], name, args) for kind in order}
+    with tempfile.TemporaryDirectory(prefix="agentrl-bench-baseline-") as scratch:
+        trees = {"new": THIS_TREE}
+        if args.baseline != "none":
+            trees["old"] = str(extract_revision(args.baseline, Path(scratch), "hardening"))
+        for n, name in enumerate(names):
+            order = list(trees) if n % 2 == 0 else list(trees)[::-1]
+            results[name] = {kind: measure_once(trees[kind], name, args) for kind in order}
     return {"meta": {"cpu": cpu_name(), "cores": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
-                     "load_after": [round(x, 2) for x in os.getloadavg()], "trees": trees,
+                     "load_after": [round(x, 2) for x in os.getloadavg()], "baseline": args.baseline,
                      "settings": {k: getattr(args, k) for k in ("seconds", "file_limit", "idle", "heads", "head_mib",
                                                                 "bodies", "request_mib")},
                      "date": time.strftime("%Y-%m-%d")},
