@@ -129,11 +129,12 @@ def start_env_server(tree: str, file_limit: int | None = None, size: int = 8, sh
                      env: str = "textcraft") -> Served:
     process = _spawn(tree, _ENV_SERVER.format(env=env, size=size, shards=shards), file_limit)
     line = process.stderr.readline()
-    if " on port " not in line:
-        process.kill()
+    ports = [int(port) for port in re.findall(r" on port (\d+)", line)]
+    if len(ports) != shards:
+        process.send_signal(signal.SIGTERM)     # it stops its shards with it
+        process.wait(15)
         raise RuntimeError(f"the env server from {tree} did not start: {line}{process.stderr.read()[-2000:]}")
     _drain(process.stderr)
-    ports = [int(port) for port in re.findall(r" on port (\d+)", line)]
     return Served("env", process, ports)
 
 
