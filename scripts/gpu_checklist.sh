@@ -5,17 +5,17 @@
 # rewritten after each stage. The estimates (agentrl/checklist/stages.py holds the one table):
 #
 #   stage          H200 estimate   CPU estimate   what
-#   imports             60 s            25 s      torch, the CUDA device and driver, the modules vLLM's engine loads
+#   imports             60 s            40 s      torch, the CUDA device and driver, the modules vLLM's engine loads
 #                                                 (engine core, GPU worker, model runner, Qwen2, the attention back
 #                                                 end vLLM picks for this GPU, cuMem), DeepSpeed, Ray
-#   probe_ray           20 s            20 s      Ray started with num_gpus; a one-GPU actor allocates memory
+#   probe_ray           20 s            30 s      Ray started with num_gpus; a one-GPU actor allocates memory
 #   probe_ipc           15 s             0 s      CUDA IPC between two processes     (fails -> packed weight sync)
 #   probe_sleep         75 s             0 s      vLLM sleep/wake at levels 1 and 2   (fails -> level 1, or no sleep)
-#   smoke              170 s            90 s      agentrl train, TextCraft at the 1.5B shape, random weights, vLLM
+#   smoke              170 s            80 s      agentrl train, TextCraft at the 1.5B shape, random weights, vLLM
 #                                                 eager, sleep level 2, 2 iterations, no final checkpoint
-#   engine_vs_raw       90 s            45 s      the rollout engine against raw LLM.generate on the same prompts
-#   weight_sync         45 s            20 s      IPC and packed, weights in memory at --sync-shape (1.5B; 80 s at 7B)
-#   total              475 s           200 s      (no GPU: probe_ipc and probe_sleep are skipped)
+#   engine_vs_raw       90 s            40 s      the rollout engine against raw LLM.generate on the same prompts
+#   weight_sync         45 s            35 s      IPC and packed, weights in memory at --sync-shape (1.5B; 80 s at 7B)
+#   total              475 s           225 s      (no GPU: probe_ipc and probe_sleep are skipped)
 #
 #   bash scripts/gpu_checklist.sh PYTHON OUTDIR [key=value ...] [--flags]
 #   bash scripts/gpu_checklist.sh python3 "$OUT" --first-window --deadline-s 510 --started-at "$T0" --commit SHA

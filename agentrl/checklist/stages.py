@@ -12,15 +12,15 @@ was made is in docs/gpu.md, "How the estimates were made":
 =============  =====  =====  ====================================================================
 stage          H200   CPU    what it runs
 =============  =====  =====  ====================================================================
-imports          60     25   torch + CUDA facts, the modules vLLM's engine loads on this GPU (its
+imports          60     40   torch + CUDA facts, the modules vLLM's engine loads on this GPU (its
                              attention back end), DeepSpeed, Ray, agentrl's trainer
-probe_ray        20     20   Ray started as the trainer starts it; a one-GPU actor allocates memory
+probe_ray        20     30   Ray started as the trainer starts it; a one-GPU actor allocates memory
 probe_ipc        15      0   a 64 MiB tensor opened by a second process through a CUDA IPC handle
 probe_sleep      75      0   vLLM (eager) on a 2-layer random model: sleep level 1 and 2, wake
-smoke           170     90   ``agentrl train``, TextCraft at the 1.5B shape (random weights), vLLM
+smoke           170     80   ``agentrl train``, TextCraft at the 1.5B shape (random weights), vLLM
                              eager, 2 iterations of 4 tasks x 4 episodes x 4 steps, no checkpoint
-engine_vs_raw    90     45   ``agentrl bench rollout`` at 1.5B: the engine vs the same LLM.generate
-weight_sync      45     20   learner -> engine weights in memory at ``--sync-shape`` (1.5B in the
+engine_vs_raw    90     40   ``agentrl bench rollout`` at 1.5B: the engine vs the same LLM.generate
+weight_sync      45     35   learner -> engine weights in memory at ``--sync-shape`` (1.5B in the
                              first window; 80 s at 7B): CUDA IPC and packed buckets, s and GB/s
 =============  =====  =====  ====================================================================
 
@@ -50,24 +50,24 @@ class Stage:
 STAGES = {s.name: s for s in (
     Stage("imports", "torch and the CUDA device, every module vLLM's engine loads on this device (the attention "
           "back end vLLM picks for it, FlashInfer's sampler when enabled), DeepSpeed, Ray, agentrl's trainer",
-          "every module a vLLM training run loads here imports, with the versions it imported", 60, 25, 240),
+          "every module a vLLM training run loads here imports, with the versions it imported", 60, 40, 240),
     Stage("probe_ray", "Ray started as agentrl starts it (num_gpus and num_cpus given); an actor asking for one GPU "
           "(a CPU actor without CUDA) reports its CUDA_VISIBLE_DEVICES and allocates a tensor",
           "Ray sees the GPU and places a one-GPU actor on it (without CUDA: Ray starts and places an actor)",
-          20, 20, 120),
+          20, 30, 120),
     Stage("probe_ipc", "CUDA IPC between two processes (reduce_tensor / rebuild_cuda_tensor, agentrl's handles)",
           "a second process reads and writes this process's GPU memory through agentrl's IPC handles", 15, 0, 120),
     Stage("probe_sleep", "vLLM sleep mode (cuMem): sleep at levels 1 and 2, wake, the same greedy outputs",
           "vLLM's sleep levels 1 and 2 free the engine's memory and wake to the same outputs", 75, 0, 300),
     Stage("smoke", "agentrl train: 2 iterations of TextCraft through vLLM and the DeepSpeed learner, no final "
           "checkpoint: finite losses, log-prob gap, tokens/s, sync and sleep seconds, peak memory per phase",
-          "agentrl trains end to end here: 2 iterations with finite losses", 170, 90, 480),
+          "agentrl trains end to end here: 2 iterations with finite losses", 170, 80, 480),
     Stage("engine_vs_raw", "agentrl bench rollout: the rollout engine against raw LLM.generate on the same prompts "
           "(goal: overhead <= 10 %)", "the rollout engine and raw LLM.generate ran the same calls (overhead measured)",
-          90, 45, 300),
+          90, 40, 300),
     Stage("weight_sync", "the learner-to-engine weight sync at --sync-shape, weights made in memory (no disk): CUDA "
           "IPC and packed buckets, seconds and GB/s per path (goal <= 2 s at 7B)",
-          "each path delivered the learner's exact weights into a rollout backend (checksums equal)", 45, 20, 360),
+          "each path delivered the learner's exact weights into a rollout backend (checksums equal)", 45, 35, 360),
 )}
 GPU_SYNC_ESTIMATES_S = {"0.5B": 35, "1.5B": 45, "7B": 80}   # weight_sync's H200 estimate per --sync-shape
 MARGIN = 0.15            # a stage starts when estimate x (1 + MARGIN) + FINISH_S fits in the time left

@@ -257,3 +257,8 @@ def test_the_one_table_of_estimates_is_the_one_the_script_header_and_the_module_
     for name in gpu:      # and the stages module's own table
         assert re.search(rf"^{name}\s+{gpu[name]}\s+{cpu[name]}\s", S.__doc__, re.M), name
     assert S.GPU_SYNC_ESTIMATES_S["1.5B"] == gpu["weight_sync"]
+    docs = (ROOT / "docs" / "gpu.md").read_text()                  # and the stages table of docs/gpu.md
+    rows = {m.group(1): (int(m.group(2)), m.group(3)) for m in
+            re.finditer(r"^\| `(\w+)` \|.*\| (\d+) s \| (\d+ s|-) \| \d+ s \|", docs, re.M)}
+    assert rows == {n: (gpu[n], f"{cpu[n]} s" if cpu[n] else "-") for n in gpu}
+    assert f"{sum(gpu.values())} s in all" in docs
