@@ -79,8 +79,8 @@ def ray_head():
     recommends for many runs on one machine, instead of starting and stopping a local Ray instance
     of its own (a tiny 2-rank train run took ~39 s that way and ~16 s joining a running head, on 2
     cores). Its Ray workers run with this process's environment (less any rendezvous variables),
-    not the command's. tests/test_async_training.py and tests/test_bench_modes.py still run the
-    local start through the CLI; tests/test_ray_start.py tests it."""
+    not the command's. tests/training/test_async_training.py and tests/bench/test_bench_modes.py still run the
+    local start through the CLI; tests/runtime/test_ray_start.py tests it."""
     pytest.importorskip("ray")
     home = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))     # short: Ray's socket paths must fit 107 bytes
     (home / "token").write_text(os.urandom(32).hex())
@@ -108,7 +108,7 @@ def ray_head():
 @pytest.fixture(scope="session")
 def tiny_start_model(tmp_path_factory) -> str:
     """A random tiny TextCraft policy (tokenizer trained on env text) for the `agentrl train` runs of
-    tests/cli_train.py, built once for the session."""
+    tests/helpers/cli_train.py, built once for the session."""
     from agentrl.config import load_config
     from agentrl.models import prepare_initial_model
     from agentrl.warmstart.starting_policy import corpus_builder
@@ -128,9 +128,9 @@ class FinishedRun:
 
 @pytest.fixture(scope="session")
 def two_rank_run(tmp_path_factory, tiny_start_model, ray_head) -> FinishedRun:
-    """`agentrl train` of tests/cli_train.py's tiny settings (2 iterations, 2 learner ranks, a
+    """`agentrl train` of tests/helpers/cli_train.py's tiny settings (2 iterations, 2 learner ranks, a
     checkpoint after each, validation after the second) with rollout.weight_sync=broadcast, run once:
-    tests/test_train_cli.py checks it and resumes a killed copy of it, tests/test_multinode.py
+    tests/cli/test_train_cli.py checks it and resumes a killed copy of it, tests/runtime/test_multinode.py
     compares a two-node run's losses with it."""
     from cli_train import run_cli, train_args
 

@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentrl.config import load_config
+from agentrl.config.modes import training_mode
 from agentrl.bench._common import cpu_name, run_report
 from agentrl.runtime.child_env import child_environment
 from agentrl.errors import UsageError
@@ -83,12 +85,9 @@ def drain_iterations(spec: str, overrides: list[str]) -> int:
     """How many iterations the rollout of ``spec`` (a mode with its ``+`` overrides) runs ahead of its
     learner: the last ones of a run have nothing left to overlap with."""
     mode, *own = spec.split("+")
-    if mode == "sync":
-        return 0
-    if mode == "one_step_off":
-        return 1
-    staleness = [o.split("=", 1)[1] for o in list(overrides) + own if o.startswith("trainer.max_staleness=")]
-    return int(staleness[-1]) if staleness else 2
+    trainer_keys = [o for o in [*overrides, *own] if o.startswith("trainer.")]
+    cfg = load_config(None, [*trainer_keys, f"trainer.mode={mode}"], training=False)
+    return training_mode(mode).versions_ahead(cfg.trainer)
 
 
 def throughput(run_dir: Path, first: int, last: int) -> dict[str, float]:

@@ -11,7 +11,7 @@ in a process of its own (a crash or a hang costs that probe only):
   its ``CUDA_VISIBLE_DEVICES`` and allocates a tensor; an actor Ray cannot place is named with the
   resources Ray offers;
 * ``ipc``: CUDA IPC between two processes with agentrl's own primitives
-  (:func:`agentrl.weights.transfer.ipc_handles` / ``open_ipc_handles``, i.e. ``reduce_tensor`` and
+  (:func:`agentrl.weights.ipc.ipc_handles` / ``open_ipc_handles``, i.e. ``reduce_tensor`` and
   ``rebuild_cuda_tensor``): a child process opens the handle of a tensor of this one, checks its sum and
   writes into it, and this process sees the write;
 * ``sleep``: vLLM's sleep mode (the cuMem allocator) on a small random model: greedy outputs, then sleep
@@ -238,7 +238,7 @@ def probe_ipc(result: ResultFile) -> None:
     """A tensor of this process opened by a child process through a CUDA IPC handle, read and written there."""
     import torch
 
-    from agentrl.weights.transfer import ipc_handles
+    from agentrl.weights import ipc_handles
 
     numel = IPC_PROBE_MB * 2**20 // 4
     tensor = torch.arange(numel, device="cuda", dtype=torch.float32)
@@ -266,7 +266,7 @@ def ipc_child() -> None:
     """The receiving end of :func:`probe_ipc`: handles on stdin, ``{"sum", "open_s"}`` on stdout."""
     import torch
 
-    from agentrl.weights.transfer import open_ipc_handles
+    from agentrl.weights import open_ipc_handles
 
     handles = pickle.loads(sys.stdin.buffer.read())
     start = time.perf_counter()

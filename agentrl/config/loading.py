@@ -19,6 +19,8 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from agentrl.config.modes import training_mode
+from agentrl.weights.base import WEIGHT_PATHS
 from agentrl.config.schema import Config
 from agentrl.errors import UsageError
 from agentrl.estimators.params import describe, violates
@@ -244,28 +246,30 @@ def load_config(recipe: str | None, overrides: list[str] | None = None, *, train
     check_estimator(cfg.algorithm)
     check_training_mode(cfg, training)
     check_learner(cfg.learner)
+    if cfg.rollout.weight_sync != "auto":
+        WEIGHT_PATHS.get(cfg.rollout.weight_sync)
     return cfg  # type: ignore[return-value]
 
 
 def check_training_mode(cfg, training: bool = True) -> None:
     """``trainer.mode`` against the settings it changes the meaning of (``learner.rollout_is_cap=null``
     puts the off-policy correction on when the rollout runs ahead: LossSettings.from_config)."""
-    mode, learner, trainer = cfg.trainer.mode, cfg.learner, cfg.trainer
-    overlapped = mode != "sync"
-    if overlapped and not learner.recompute_logprobs:
-        ahead = 1 if mode == "one_step_off" else trainer.max_staleness
-        raise UsageError(f"trainer.mode={mode} with learner.recompute_logprobs=false centres the PPO clip on the rollout's "
-                         f"policy, up to {ahead} version(s) older than the learner's, with no off-policy correction: set "
-                         "learner.recompute_logprobs=true (the decoupled objective, docs/async.md) or trainer.mode=sync")
-    if training and cfg.rollout.agent and (mode == "async" or cfg.rollout.expert_guidance):
-        key = "trainer.mode=async" if mode == "async" else "rollout.expert_guidance=true"
+    learner, trainer = cfg.learner, cfg.trainer
+    mode = training_mode(trainer.mode)
+    if mode.overlapped and not learner.recompute_logprobs:
+        raise UsageError(f"trainer.mode={mode.name} with learner.recompute_logprobs=false centres the PPO clip on the "
+                         f"rollout's policy, up to {mode.versions_ahead(trainer)} version(s) older than the learner's, "
+                         "with no off-policy correction: set learner.recompute_logprobs=true (the decoupled objective, "
+                         "docs/async.md) or trainer.mode=sync")
+    if training and cfg.rollout.agent and (not mode.outside_agents or cfg.rollout.expert_guidance):
+        key = f"trainer.mode={mode.name}" if not mode.outside_agents else "rollout.expert_guidance=true"
         raise UsageError(f"{key} is not available with rollout.agent (an outside agent plays whole episodes in waves): "
                          "use trainer.mode=sync or one_step_off, without expert guidance")
-    if mode != "async" and (trainer.filter_groups or trainer.oversample > 1):
+    if not mode.streams_groups and (trainer.filter_groups or trainer.oversample > 1):
         key = "trainer.filter_groups" if trainer.filter_groups else "trainer.oversample"
-        raise UsageError(f"{key} works on the group stream of trainer.mode=async (filtered groups are replaced from "
-                         f"it); with trainer.mode={mode} unset it, or use learner.skip_zero_advantage to leave out rows "
-                         "with advantage 0")
+        raise UsageError(f"{key} works on the group stream of trainer.mode=async (filtered groups are replaced "
+                         f"from it); with trainer.mode={mode.name} unset it, or use learner.skip_zero_advantage to leave out "
+                         "rows with advantage 0")
 
 
 def check_learner(learner) -> None:

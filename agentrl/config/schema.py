@@ -18,6 +18,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from agentrl.config.modes import mode_help
+
 
 def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
     """A dataclass field with help text and validation metadata."""
@@ -157,8 +159,8 @@ class RolloutConfig:
                          "its GPU); broadcast = a process group of the learner's rank 0 and the workers, NCCL on GPUs "
                          "(gloo on CPU); packed = flat byte buckets through host memory and Ray's object store; auto = "
                          "ipc where it applies, else broadcast on GPUs (packed with placement.layout=colocated, "
-                         "where NCCL cannot join two processes on one GPU), else packed",
-                         choices=("auto", "ipc", "broadcast", "packed"))
+                         "where NCCL cannot join two processes on one GPU), else packed; or a weight path of your "
+                         "own by import path (agentrl.weights.WeightPath)")
     weights_between_tokens: bool = F(True, "weights that reach a rollout worker during a generate call (trainer.mode="
                                      "async) are loaded between two tokens and the response finishes on them, each "
                                      "token's version recorded (StepBatch.response_versions); backends that generate "
@@ -335,10 +337,7 @@ class TrainerConfig:
     resume: str = F("auto", "auto = continue the run in output_dir if it has a checkpoint; never; or a path")
     init_checkpoint: Optional[str] = F(None, "start from this checkpoint or model directory (skips SFT)")
     device: str = F("auto", "auto = cuda when available, else cpu", choices=("auto", "cpu", "cuda"))
-    mode: str = F("sync", "sync = rollout, then update, in turn; one_step_off = the rollout of iteration k+1 runs "
-                  "while the learner updates on iteration k (one policy version per rollout); async = the rollout "
-                  "workers run continuously, new weights reach them between env steps (docs/async.md)",
-                  choices=("sync", "one_step_off", "async"))
+    mode: str = F("sync", mode_help())
     max_staleness: int = F(2, "trainer.mode=async: a group is trained at most this many policy versions after the "
                            "oldest version that generated one of its steps; older groups are dropped and counted. "
                            "Also how many iterations' groups the stream runs ahead of the learner", min=1)

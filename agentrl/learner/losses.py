@@ -59,12 +59,14 @@ class LossSettings:
             raise ValueError(f"rollout_is_cap must be 0 (off) or at least 1, got {self.rollout_is_cap}")
 
     @classmethod
-    def from_config(cls, learner_cfg, action_level_ratio: bool = False, trainer_mode: str = "sync") -> "LossSettings":
-        """``learner.*``; ``rollout_is_cap=null`` is 0 (off) with ``trainer.mode=sync`` and 2 when the rollout
-        runs ahead of the learner (the behaviour weight of the decoupled objective, docs/async.md)."""
+    def from_config(cls, learner_cfg, action_level_ratio: bool = False, rollout_runs_ahead: bool = False
+                    ) -> "LossSettings":
+        """``learner.*``; ``rollout_is_cap=null`` is 0 (off) when the rollout never runs ahead of the learner
+        (``trainer.mode=sync``) and 2 when it does (the behaviour weight of the decoupled objective,
+        docs/async.md; ``TrainingMode.overlapped``)."""
         cap = learner_cfg.rollout_is_cap
         if cap is None:
-            cap = DEFAULT_BEHAVIOUR_CAP if trainer_mode != "sync" else 0.0
+            cap = DEFAULT_BEHAVIOUR_CAP if rollout_runs_ahead else 0.0
         return cls(clip_ratio_low=learner_cfg.clip_ratio_low, clip_ratio_high=learner_cfg.clip_ratio_high,
                    dual_clip_c=learner_cfg.dual_clip_c, loss_agg_mode=learner_cfg.loss_agg_mode,
                    kl_coef=learner_cfg.kl_coef, kl_type=learner_cfg.kl_type, entropy_coef=learner_cfg.entropy_coef,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from agentrl.config.modes import training_mode
 from agentrl.models.shapes import ModelShape, known_shape, shape_of_config
 
 GB = 1e9
@@ -190,8 +191,7 @@ class SharedGpuMemory:
 
 
 def shared_gpu_memory(cfg, learner: LearnerMemory, rollout: RolloutMemory) -> SharedGpuMemory:
-    overlapped = cfg.trainer.mode != "sync"
-    if overlapped:      # the learner's own peak plus the awake engine
+    if training_mode(cfg.trainer.mode).overlapped:      # the learner's own peak plus the awake engine
         return SharedGpuMemory(rollout_phase=rollout.budget, learner_phase=learner.peak, overlapped=True)
     return SharedGpuMemory(rollout_phase=learner.resident + rollout.budget,
                            learner_phase=learner.peak + rollout.asleep, overlapped=False)

@@ -2,7 +2,8 @@
 
     group = RolloutWorkerGroup(model_dir, cfg.rollout, cfg.env, num_workers=2)
     result = group.run(tasks, group_size=8, seed=iteration)     # RolloutResult, ids global
-    group.load_weights(learner.packed_weights_for_rollout(), version=1)   # each bucket stored once, mapped by all
+    group.load_weights(state_dict, version=1)           # any weights, through the packed path
+    group.weights_call(PackedPath.Receiver, "load", ...)  # a weight path's receivers (agentrl.weights)
     group.close()
 
 The environments live in pool server actors (:mod:`agentrl.envs.server`), launched by the group
@@ -18,8 +19,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+import ray
 import torch
 
 from agentrl.runtime.denormals import denormals_flushed, flush_denormals
@@ -29,8 +31,7 @@ from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
 from agentrl.rollout.worker_calls import (STREAM_GROUP, WEIGHTS_GROUP, PendingRollout, RolloutHangError,
                                           check_progress)
-from agentrl.weights.transfer import (BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast, as_buckets,
-                                             device_uuid, unpack_weights)
+from agentrl.weights import PackedWeights, device_uuid, load_packed
 
 WORKER_SEED_STRIDE = 7919
 
@@ -92,7 +93,7 @@ class RolloutWorker:
             torch.set_num_threads(default_torch_threads(num_workers))
         self.tokenizer = load_tokenizer(model_dir)
         self.device = device
-        self.broadcast = None       # WeightBroadcast, when rollout.weight_sync=broadcast
+        self._weight_receivers: dict[str, Any] = {}    # a weight path's receiver per path (weights_call)
         self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
                                     max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
                                     seed=seed, vllm_cfg=rollout_cfg.vllm)
@@ -142,8 +143,6 @@ class RolloutWorker:
         answered during a rollout when called in the ``weights`` group."""
         import os
 
-        import ray
-
         activity = self.engine.activity
         doing = f"{activity.doing} on {self.env_text}" if activity.env else activity.doing
         with self._weights_lock:
@@ -186,11 +185,32 @@ class RolloutWorker:
         return stats() if stats is not None else {}
 
     # ----- weights: loaded now when idle, else staged for the next step boundary -------------------
-    def _take_weights(self, state: Mapping[str, torch.Tensor], version: int | None) -> None:
+    def take_weights(self, state: Mapping[str, torch.Tensor], version: int | None) -> None:
+        """Load ``state`` into the back end now, or, while a rollout runs, at the next step boundary
+        (between two tokens with ``rollout.weights_between_tokens``); ``version``: the policy version they
+        are (recorded on every later step as ``policy_version``; None keeps the current number)."""
         with self._weights_lock:
             self._staged = StagedWeights(state, version)   # a newer sync replaces one not loaded yet
             if not self._rolling_out:
                 self._load_staged_locked()
+
+    def load_between_rollouts(self, load: Callable[[], None], version: int | None, why: str) -> None:
+        """Run ``load`` now (a load that cannot wait for a step boundary: CUDA IPC handles the learner
+        reuses once the push returns); refused while a rollout runs, with ``why``."""
+        with self._weights_lock:
+            if self._rolling_out:
+                raise RuntimeError(f"{why}; use rollout.weight_sync=broadcast with trainer.mode one_step_off or async")
+            load()
+            if version is not None:
+                self.engine.policy_version = int(version)
+
+    def weights_call(self, receiver: type, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` of this worker's receiver of a weight path (:mod:`agentrl.weights`; ``receiver``:
+        the path's ``Receiver`` class, built over this worker once and kept: it may hold a process group)."""
+        key = f"{receiver.__module__}:{receiver.__qualname__}"
+        if key not in self._weight_receivers:
+            self._weight_receivers[key] = receiver(self)
+        return getattr(self._weight_receivers[key], method)(*args, **kwargs)
 
     def _load_staged_weights(self) -> None:
         """The engine's step boundary: load weights that arrived during the rollout."""
@@ -212,35 +232,6 @@ class RolloutWorker:
         self.backend.load_weights(staged.state)
         if staged.version is not None:
             self.engine.policy_version = int(staged.version)
-
-    def load_weights(self, *buckets: PackedWeights, version: int | None = None) -> None:
-        """Load one sync's packed buckets (Ray hands them over as views of the object store), waking
-        a sleeping backend; ``version``: the policy version they are (recorded on every later step as
-        ``policy_version``). During a rollout (called in the ``weights`` concurrency group) they are
-        loaded at the next step boundary."""
-        self._take_weights(unpack_weights(buckets), version)
-
-    def load_weights_ipc(self, weights: Sequence[IpcWeights], version: int | None = None) -> None:
-        """Load weights that stay on the learner's GPUs (CUDA IPC handles, one set per learner GPU): the
-        backend copies them device to device, each GPU of the engine from the learner rank on it. Only
-        between rollouts (trainer.mode=sync): the learner reuses the memory behind the handles after
-        this call returns."""
-        with self._weights_lock:
-            if self._rolling_out:
-                raise RuntimeError("CUDA IPC weights cannot wait for a step boundary; use rollout.weight_sync=broadcast "
-                                   "with trainer.mode one_step_off or async")
-            self.backend.load_weights_ipc(list(weights))
-            if version is not None:
-                self.engine.policy_version = int(version)
-
-    def join_weight_broadcast(self, host: str, port: int, rank: int, world_size: int) -> None:
-        """Join the weight-broadcast group as ``rank`` (the learner's rank 0 is rank 0)."""
-        self.broadcast = WeightBroadcast(host, port, rank, world_size, "cuda" if self.device.startswith("cuda") else "cpu")
-
-    def receive_weights(self, layout: BroadcastLayout, version: int | None = None) -> None:
-        """Receive one broadcast of the learner's weights (straight into this worker's device) and load
-        them (at the next step boundary when a rollout runs)."""
-        self._take_weights(self.broadcast.receive(layout), version)
 
     # ----- streaming: whole groups handed back as they finish (trainer.mode=async) ------------------
     def serve_groups(self, sampling: SamplingParams, group_size: int, seed: int, expert_guidance: bool = False,
@@ -370,8 +361,6 @@ class RolloutWorkerGroup:
                  stop_strings: Sequence[str] = (), hidden_layer: int | None = None, thread_shares: int | None = None,
                  worker_resources: Sequence[str] = (), env_resources: Sequence[str] = (),
                  worker_slots: Sequence[ActorSlot] | None = None, env_slots: Sequence[ActorSlot] | None = None):
-        import ray
-
         from agentrl.envs.server.auth import export_token_file
         from agentrl.envs.server.ray_pool import launch_ray_shards
         from agentrl.envs.server.servers import spares_per_worker
@@ -433,8 +422,6 @@ class RolloutWorkerGroup:
         """Start :meth:`run` without waiting: each worker queues its share of the tasks behind the
         calls it already has. Groups are numbered from ``first_group_id`` and trajectories from
         ``first_group_id * group_size``, so the results of several calls have distinct ids."""
-        import ray
-
         if not tasks:
             raise ValueError("no tasks to roll out")
         sampling = sampling or self.sampling_params(seed=seed)
@@ -451,44 +438,30 @@ class RolloutWorkerGroup:
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Sequence[PackedWeights],
                      version: int | None = None) -> None:
-        """Load a ``{name: tensor}`` state dict or packed buckets
-        (:mod:`agentrl.weights.transfer`) into every worker's backend. Each bucket goes into
-        Ray's object store once and every worker maps it from there without a copy. ``version``: the
-        policy version of these weights (learner updates applied), stamped on the steps generated
-        with them (``StepBatch.policy_version``); None keeps the workers' current number."""
-        import ray
+        """Load a ``{name: tensor}`` state dict or packed buckets into every worker's back end (through
+        the packed path: each bucket into Ray's object store once, every worker maps it from there).
+        ``version``: the policy version of these weights (learner updates applied), stamped on the steps
+        generated with them (``StepBatch.policy_version``); None keeps the workers' current number."""
+        load_packed(self, weights, version)
 
-        refs = [ray.put(bucket) for bucket in as_buckets(weights)]
-        ray.get([w.load_weights.options(concurrency_group=WEIGHTS_GROUP).remote(*refs, version=version)
-                 for w in self.workers])
-
-    def load_weights_ipc(self, weights, version: int | None = None) -> None:
-        """Load the learner's weights through CUDA IPC handles (one set per learner GPU; every engine GPU
-        holds a learner rank)."""
-        import ray
-
-        ray.get([w.load_weights_ipc.options(concurrency_group=WEIGHTS_GROUP).remote(weights, version=version)
-                 for w in self.workers])
-
-    def join_weight_broadcast(self, host: str, port: int) -> list:
-        """Start every worker joining the weight-broadcast group at ``host:port`` (ranks 1..W; the
-        learner's rank 0 joins as rank 0, which completes it); the calls to wait for."""
-        world = self.num_workers + 1
-        return [w.join_weight_broadcast.options(concurrency_group=WEIGHTS_GROUP).remote(host, port, i + 1, world)
-                for i, w in enumerate(self.workers)]
-
-    def receive_weights(self, layout, version: int | None = None) -> list:
-        """Start every worker receiving one broadcast; the calls to wait for (after rank 0 sent)."""
-        return [w.receive_weights.options(concurrency_group=WEIGHTS_GROUP).remote(layout, version=version)
+    def weights_call(self, receiver: type, method: str, *args: Any, **kwargs: Any) -> list:
+        """Start ``method`` of a weight path's receiver on every worker (:meth:`RolloutWorker.weights_call`,
+        in the ``weights`` concurrency group, so it reaches a worker while a rollout call runs); the calls
+        to :meth:`wait` for."""
+        return [w.weights_call.options(concurrency_group=WEIGHTS_GROUP).remote(receiver, method, *args, **kwargs)
                 for w in self.workers]
 
+    def weights_call_each(self, receiver: type, method: str, args_per_worker: Sequence[Sequence[Any]]) -> list:
+        """As :meth:`weights_call`, with worker ``i`` given ``args_per_worker[i]``."""
+        return [w.weights_call.options(concurrency_group=WEIGHTS_GROUP).remote(receiver, method, *args)
+                for w, args in zip(self.workers, args_per_worker, strict=True)]
+
     @staticmethod
-    def wait(calls: list) -> None:
-        import ray
+    def wait(calls: list) -> list:
+        """The results of calls started on the workers (:meth:`weights_call`), in worker order."""
+        return ray.get(calls)
 
-        ray.get(calls)
-
-    # ----- streaming (agentrl.rollout.streaming) ----------------------------------------------------
+    # ----- streaming (agentrl.rollout.sources.streaming) ----------------------------------------------------
     def serve_groups(self, sampling: SamplingParams, group_size: int, seed: int, expert_guidance: bool = False,
                      failure_block: int = 0) -> tuple[int, list]:
         """Start every worker's group pool (:meth:`RolloutWorker.serve_groups`): the session's number
@@ -515,26 +488,18 @@ class RolloutWorkerGroup:
 
     def gpu_uuids(self) -> list[str]:
         """Every GPU the engines run on (each engine's tensor-parallel GPUs; empty on CPU)."""
-        import ray
-
         return [uuid for uuids in ray.get([w.gpu_uuids.remote() for w in self.workers]) for uuid in uuids]
 
     def sleep(self) -> float:
         """Every worker's backend frees its accelerator memory for the learner's passes (vLLM with
         ``rollout.vllm.sleep_level`` > 0; nothing otherwise) until the next :meth:`load_weights`;
         the longest worker's seconds."""
-        import ray
-
         return max(ray.get([w.sleep.remote() for w in self.workers]), default=0.0)
 
     def backend_stats(self) -> list[dict[str, float]]:
-        import ray
-
         return ray.get([w.backend_stats.remote() for w in self.workers])
 
     def close(self) -> None:
-        import ray
-
         for w in self.workers:
             try:
                 # in the weights group: a rollout call still running (trainer.mode=async) is not waited for

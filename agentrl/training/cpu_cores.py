@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from agentrl.config import Config
+from agentrl.config.modes import training_mode
 
 
 def available_cores() -> int:
@@ -40,15 +41,14 @@ def learner_threads(cfg: Config) -> int | None:
     rollout never runs at the same time; else its share of the cores."""
     if cfg.learner.torch_threads:
         return cfg.learner.torch_threads
-    if cfg.trainer.mode == "sync":
-        return None
-    return max(1, available_cores() // (cfg.rollout.num_workers + 1))
+    shares = rollout_thread_shares(cfg)
+    return None if shares is None else max(1, available_cores() // shares)
 
 
 def rollout_thread_shares(cfg: Config) -> int | None:
     """What ``rollout.torch_threads=0`` divides the cores by: None (the workers) when the learner never
     runs at the same time, else the workers and the learner."""
-    return None if cfg.trainer.mode == "sync" else cfg.rollout.num_workers + 1
+    return training_mode(cfg.trainer.mode).cpu_shares(cfg.rollout.num_workers)
 
 
 def core_policy(cfg: Config, rollout_busy: Callable[[], bool]) -> Callable[[], int] | None:

@@ -14,7 +14,7 @@ import pytest
 from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient, EnvRequestError, EnvServerError, EnvTimeoutError
 from agentrl.envs.server.ray_pool import launch_ray_shards
-from conftest import FlakyEnv
+from flaky_env import FlakyEnv
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow

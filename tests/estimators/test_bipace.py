@@ -13,7 +13,7 @@ from agentrl.estimators import compute_advantages
 from agentrl.estimators.builtin.bipace.clustering import BiGPOState
 from agentrl.estimators.builtin.bipace.clustering import greedy_cosine_clusters
 
-from batches import angle, one_cluster_batch, record, two_trajectory_batch
+from estimator_batches import angle, one_cluster_batch, record, two_trajectory_batch
 
 EPISODE = [6.6, -3.4, 0.6, -1.4, -2.4]
 

@@ -1,4 +1,4 @@
-"""GRPO and RLOO on the worked example (tests/estimators/batches.py, two_trajectory_batch).
+"""GRPO and RLOO on the worked example (tests/helpers/estimator_batches.py, two_trajectory_batch).
 
 Episode scores per row with the default penalty handling (after_discount, c = 0.1):
 traj 0 has return 10; traj 1 has return 0 without its penalty, and its invalid row (invalid_penalty
@@ -14,7 +14,7 @@ import torch
 
 from agentrl.estimators import compute_advantages
 
-from batches import two_trajectory_batch
+from estimator_batches import two_trajectory_batch
 
 STD = math.sqrt(30.202)
 

@@ -15,7 +15,7 @@ from agentrl.learner.losses import action_level_ratio
 
 from agentrl.data import StepBatch
 
-from batches import record, two_trajectory_batch
+from estimator_batches import record, two_trajectory_batch
 
 EPISODE_MEAN_NORM = [6.02, 6.02, -3.98, -4.08, -3.98]      # s - 3.98 (see test_episode_estimators)
 EPISODE_STD = [x / math.sqrt(30.202) for x in EPISODE_MEAN_NORM]

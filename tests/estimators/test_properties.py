@@ -13,7 +13,7 @@ from agentrl.data import StepBatch
 from agentrl.estimators import SHARED_FIELDS, build_estimator, compute_advantages, estimator_class, registered_names
 from agentrl.estimators.builtin.bipace.clustering import greedy_cosine_clusters
 
-from batches import record
+from estimator_batches import record
 
 SETTINGS = settings(max_examples=40, deadline=None)
 ESTIMATORS = registered_names()

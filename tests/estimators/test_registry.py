@@ -9,7 +9,7 @@ from agentrl.estimators import (SHARED_FIELDS, Estimator, EstimatorLoadError, bu
                                 compute_advantages, estimator_class, param_help, registered_names)
 from agentrl.estimators.params import is_shared, own_fields
 
-from batches import two_trajectory_batch
+from estimator_batches import two_trajectory_batch
 
 SHARED = {"gamma": 0.9, "step_advantage_w": 0.5, "mode": "mean_norm", "epsilon": 1e-6, "episode_stats": "steps",
           "penalty_mode": "after_discount"}

@@ -16,7 +16,7 @@ import torch
 from agentrl.data import StepBatch
 from agentrl.estimators import compute_advantages, estimator_class
 
-from batches import record, two_trajectory_batch
+from estimator_batches import record, two_trajectory_batch
 
 
 def two_groups() -> StepBatch:

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from agentrl.data import segment_ids
 from agentrl.estimators import common
 
-from batches import two_trajectory_batch
+from estimator_batches import two_trajectory_batch
 
 keys = st.lists(st.integers(-5, 40), min_size=1, max_size=60)
 

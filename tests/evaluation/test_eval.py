@@ -5,7 +5,7 @@ import json
 import pytest
 
 from agentrl.evaluation.episodes import EpisodeLog, summarize_records
-from conftest import RECIPE, TINY, run_cli
+from eval_cli import RECIPE, TINY, run_cli
 
 pytestmark = pytest.mark.slow
 

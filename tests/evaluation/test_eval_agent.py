@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import RECIPE, TINY, run_cli
+from eval_cli import RECIPE, TINY, run_cli
 
 pytest.importorskip("openai")
 pytestmark = pytest.mark.slow

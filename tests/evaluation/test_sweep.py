@@ -13,7 +13,7 @@ import yaml
 
 from agentrl.errors import UsageError
 from agentrl.evaluation.sweep import cell_environment, load_sweep
-from conftest import TINY, popen_cli, run_cli
+from eval_cli import TINY, popen_cli, run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """The plan's placement group on a real two-node Ray cluster with declared GPUs, on a CPU machine.
 
 Two raylets on loopback (`ray start --head --num-gpus=8` and a second `ray start --address ...
---num-gpus=8`, the approach of tests/test_multinode.py: each in a session of its own, token
+--num-gpus=8`, the approach of tests/runtime/test_multinode.py: each in a session of its own, token
 authentication on) make a 2 x 8 GPU cluster without a GPU; Ray still sets each actor's
 CUDA_VISIBLE_DEVICES from the GPU ids it grants. `agentrl plan --reserve --json` plans on that
 cluster, reserves the placement group and starts a stand-in actor in every slot with the options the

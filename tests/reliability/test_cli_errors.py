@@ -1,6 +1,6 @@
 """Fault 7: bad configuration and inputs at `agentrl train` give one line naming the problem and the
 fix, exit code 2, and leave the output directory as it was (the GPU-recipe case is
-tests/test_train_cli.py::test_gpu_recipe_without_gpu_is_refused_before_anything_is_written)."""
+tests/cli/test_train_cli.py::test_gpu_recipe_without_gpu_is_refused_before_anything_is_written)."""
 
 from __future__ import annotations
 

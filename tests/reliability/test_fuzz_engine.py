@@ -2,7 +2,7 @@
 characters, unicode, unclosed or nested tags, control characters, arbitrary token ids) and drives
 a real rollout against the real TextCraft pool. No crash; every response without a well-formed
 action is marked invalid and carries the penalty. (The parser alone is fuzzed in
-tests/test_prompts_parsing.py.)"""
+tests/rollout/test_prompts_parsing.py.)"""
 
 from __future__ import annotations
 

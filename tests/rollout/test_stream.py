@@ -10,7 +10,8 @@ import torch
 from agentrl.data import StepBatch
 from agentrl.envs import TaskRef
 from agentrl.rollout.engine import EpisodeResult, RolloutResult
-from agentrl.rollout.stream import GroupBuffer, RolloutStream, TakenBatch, split_groups, versions_per_episode
+from agentrl.rollout.sources.buffer import GroupBuffer, TakenBatch, split_groups, versions_per_episode
+from agentrl.rollout.sources.call_ahead import RolloutStream
 
 GUIDED = 1_000_000_000
 

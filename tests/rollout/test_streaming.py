@@ -1,4 +1,4 @@
-"""The group stream of trainer.mode=async (agentrl.rollout.streaming) on real Ray rollout workers:
+"""The group stream of trainer.mode=async (agentrl.rollout.sources.streaming) on real Ray rollout workers:
 groups handed out up to the staleness bound, whole groups taken oldest first, stale ones dropped and
 replaced on the newest weights, the dynamic-sampling filter consuming more of the stream (and giving
 up on a policy without any signal), a pause for validation, and a checkpoint restored with the
@@ -13,7 +13,7 @@ import pytest
 
 from agentrl.config.schema import Config
 from agentrl.envs import TaskRef
-from agentrl.rollout.streaming import FILTER_PATIENCE, StreamingRollout, signal_free
+from agentrl.rollout.sources.streaming import FILTER_PATIENCE, StreamingRollout, signal_free
 
 from rollout_helpers import env_config, rollout_config
 

@@ -108,10 +108,10 @@ class GenerationBackend(abc.ABC):
         """Replace the model's weights in place (names as in the Hugging Face ``state_dict``)."""
 
     def load_weights_ipc(self, handle_sets: Sequence) -> None:
-        """Load weights that stay on the learner's GPUs (:class:`~agentrl.weights.transfer.IpcWeights`, one
+        """Load weights that stay on the learner's GPUs (:class:`~agentrl.weights.ipc.IpcWeights`, one
         set per learner GPU): the set on this process's GPU, copied device to device; the copies are done
         when this returns (the learner may reuse the memory behind the handles after)."""
-        from agentrl.weights.transfer import device_uuid, open_ipc_handles, pick_handle_set
+        from agentrl.weights import device_uuid, open_ipc_handles, pick_handle_set
 
         visible = [device_uuid(i) for i in range(torch.cuda.device_count())]
         state = open_ipc_handles(pick_handle_set(handle_sets, device_uuid(), visible))

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Iterator
 
 from agentrl.rollout.group_pool import GroupSpec
-from agentrl.rollout.sources import RolloutSource, Taken
-from agentrl.rollout.stream import GroupBuffer, TakenBatch, add_stats, merge_groups
+from agentrl.rollout.sources.base import RolloutSource, Taken
+from agentrl.rollout.sources.buffer import GroupBuffer, TakenBatch, add_stats, merge_groups
 
 STATE_FILE = "stream.json"
 TAKE_WAIT_S = 1.0           # how long one take call waits on a worker for a finished group
@@ -80,6 +80,10 @@ class StreamingRollout(RolloutSource):
         self.last_progress = time.monotonic()
 
     # ----- groups ------------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, cfg, workers, tasks_of) -> "StreamingRollout":
+        return cls(workers, tasks_of, cfg)
+
     def spec(self, group_id: int) -> GroupSpec:
         iteration, slot = divmod(group_id, self.per_iteration)
         return GroupSpec(self.tasks_of(iteration + 1)[slot], group_id, group_id * self.group_size)

@@ -110,7 +110,7 @@ def test_action_accuracy_script_scores_every_expert_step_by_kind(tmp_path, capsy
 
     cfg = tiny_config(tmp_path, "textcraft_grpo_tiny", "trainer.run_name=acc")
     model_dir = starting_policy(cfg, RunDirectory.create(cfg, None))
-    path = Path(__file__).resolve().parents[1] / "scripts" / "sft_action_accuracy.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "sft_action_accuracy.py"
     spec = importlib.util.spec_from_file_location("sft_action_accuracy", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

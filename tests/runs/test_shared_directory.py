@@ -2,7 +2,7 @@
 checkpoint files land on its own node (agentrl.runs.shared_directory). The ranks' side runs on
 directories that really differ: rank 1's "node" has another directory at the same path, or none.
 The same check on a real non-shared filesystem (a node in a mount namespace of its own):
-tests/test_multinode.py."""
+tests/runtime/test_multinode.py."""
 
 from __future__ import annotations
 

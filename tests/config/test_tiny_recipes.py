@@ -135,7 +135,7 @@ def test_worker_processes_started_from_a_script_without_a_main_guard_name_the_gu
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root))
     script = tmp_path / "no_guard.py"
     script.write_text(NO_GUARD_SCRIPT)

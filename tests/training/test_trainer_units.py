@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from agentrl.config import load_config
+from agentrl.config.modes import training_mode
 from agentrl.errors import UsageError
 from agentrl.estimators import estimator_class, estimator_from_config, registered_names
 from agentrl.runs.directory import RunDirectory, TrainerState
@@ -212,12 +213,13 @@ def test_a_push_frees_the_learners_cached_gpu_memory_before_the_engines_wake():
     class Learner:
         def gpu_uuids(self): return ["a", "b"]
         def free_cached_memory(self): calls.append("free")
-        def packed_weights_for_rollout(self): calls.append("pack"); return []
+        def weights_call(self, sender, method, *args): calls.append(method); return [[]]   # rank 0: no bucket
 
     class Rollout:
         def __init__(self, gpus): self.gpus = gpus
         def gpu_uuids(self): return self.gpus
-        def load_weights(self, buckets, version): calls.append(f"load {version}")
+        def weights_call(self, receiver, method, *buckets, version): calls.append(f"{method} {version}"); return []
+        def wait(self, started): pass
 
     zero3 = load_config("textcraft_grpo_tiny", ["learner.num_ranks=2", "learner.zero_stage=3"])
     colocated = weight_sync_for(zero3, Learner(), Rollout(["a", "b"]), "cuda", colocated=True)
@@ -243,7 +245,7 @@ def test_the_off_policy_correction_is_on_by_default_when_the_rollout_runs_ahead(
     from agentrl.learner.losses import LossSettings
 
     cfg = load_config("textcraft_grpo_tiny", overrides)
-    assert LossSettings.from_config(cfg.learner, trainer_mode=cfg.trainer.mode).rollout_is_cap == cap
+    assert LossSettings.from_config(cfg.learner, rollout_runs_ahead=training_mode(cfg.trainer.mode).overlapped).rollout_is_cap == cap
 
 
 def test_an_uncorrected_overlapped_run_says_so(capsys):

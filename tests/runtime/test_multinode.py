@@ -7,7 +7,7 @@ line naming the lost node and leaves the last checkpoint loadable; with node B b
 command resumes and finishes. With node B in a mount namespace of its own, where a tmpfs hides the
 run's output directory (a node that does not share trainer.output_dir), the run is refused at
 start in one line naming rank 1 and node B. The one-node run is tests/conftest.py::two_rank_run (the same
-settings, also checked by tests/test_train_cli.py)."""
+settings, also checked by tests/cli/test_train_cli.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import pytest
 from cli_train import iteration_losses, train_args
 
 pytestmark = pytest.mark.slow
-DOC = Path(__file__).resolve().parents[1] / "docs" / "multinode.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "multinode.md"
 
 
 def doc_commands() -> tuple[list[str], list[str]]:

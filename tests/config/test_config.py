@@ -111,7 +111,7 @@ def test_configuration_reference_is_up_to_date():
 
     from agentrl.config.reference import render
 
-    doc = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+    doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert doc.read_text() == render(), "regenerate: python -m agentrl.config.reference > docs/configuration.md"
 
 
