@@ -8,11 +8,11 @@ receiving side is a Ray actor placed as a rollout worker is (one GPU, from a Ray
 of the same shape, also built in memory. No model is written to disk (a 7B one is 15 GB), so the
 stage costs the syncs and two model builds. Each path is the trainer's own code:
 
-* ``ipc``: :func:`agentrl.weights.transfer.ipc_handles` of the learner's tensors, opened and copied
+* ``ipc``: :func:`agentrl.weights.ipc.ipc_handles` of the learner's tensors, opened and copied
   device to device by the backend's ``load_weights_ipc`` (GPU only, the actor on the learner's GPU);
-* ``packed``: :func:`~agentrl.weights.transfer.pack_weights` into host buckets (``pack_s``), each put
+* ``packed``: :func:`~agentrl.weights.packed.pack_weights` into host buckets (``pack_s``), each put
   into Ray's object store once (``put_s``), mapped by the actor and copied into its model through
-  :func:`~agentrl.weights.transfer.unpack_weights` and ``load_weights`` (``load_s``).
+  :func:`~agentrl.weights.packed.unpack_weights` and ``load_weights`` (``load_s``).
 
 Before each timed sync the actor's weights are scrambled; after it, a float64 sum over every weight
 must equal the learner's (``same_weights``): the seconds are those of a sync that delivered. The
@@ -86,7 +86,7 @@ class Receiver:
                 p.add_(1.0)
 
     def load_packed(self, *buckets) -> None:
-        from agentrl.weights.transfer import unpack_weights
+        from agentrl.weights import unpack_weights
 
         self.backend.load_weights(unpack_weights(buckets))
 
@@ -102,7 +102,7 @@ def measure(result: ResultFile, args: argparse.Namespace) -> None:
     import torch
 
     from agentrl.runtime.ray_start import init_local_ray, local_gpus
-    from agentrl.weights.transfer import ipc_handles, pack_weights
+    from agentrl.weights import ipc_handles, pack_weights
 
     gpu = args.device.startswith("cuda")
     wanted = [p.strip() for p in args.paths.split(",") if p.strip()]
