@@ -262,3 +262,13 @@ def test_the_one_table_of_estimates_is_the_one_the_script_header_and_the_module_
             re.finditer(r"^\| `(\w+)` \|.*\| (\d+) s \| (\d+ s|-) \| \d+ s \|", docs, re.M)}
     assert rows == {n: (gpu[n], f"{cpu[n]} s" if cpu[n] else "-") for n in gpu}
     assert f"{sum(gpu.values())} s in all" in docs
+
+
+def test_on_a_gpu_where_ray_cannot_place_a_gpu_actor_the_ray_stages_are_skipped(tmp_path):
+    failed = {"probe_ray": {"status": "failed", "error": "RuntimeError: Ray did not place an actor asking for 1 GPU"}}
+    for name in ("smoke", "weight_sync"):
+        why = S.skip_reason(name, plan(tmp_path), {"imports": imported(), **failed})
+        assert why.startswith("probe_ray failed: RuntimeError: Ray did not place") and "timeouts" in why
+        assert S.skip_reason(name, plan(tmp_path), {"imports": imported()}) is None          # probe_ray not run
+        assert S.skip_reason(name, plan(tmp_path, gpu=False), {"imports": imported(), **failed}) is None
+    assert S.skip_reason("engine_vs_raw", plan(tmp_path), {"imports": imported(), **failed}) is None   # no Ray
