@@ -4,7 +4,7 @@ The tree (``Config``) is built from the dataclass defaults, then the recipe's YA
 ``key=value`` overrides (see :mod:`agentrl.config.loading`). Two sections are generated from
 declarations that live with the code that reads them: ``algorithm`` from the estimators' ``Params``
 (agentrl.estimators) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
-...) from agentrl.warmstart.options. Field metadata:
+...) from agentrl.config.sft_options. Field metadata:
 
 ``help``     one line shown by ``agentrl config --keys`` and in docs/configuration.md
 ``choices``  the accepted values (strings)
@@ -305,8 +305,8 @@ class SftGeneralSettings:
 def _sft_config_class() -> type:
     """``trainer.sft``: the general keys (``trainer.sft.<key>``) and one section per warm-start technique
     (``trainer.sft.<technique>.<key>``), generated from the techniques' declarations
-    (agentrl.warmstart.options); a section's type is the technique's own options dataclass."""
-    from agentrl.warmstart.options import TECHNIQUES
+    (agentrl.config.sft_options); a section's type is the technique's own options dataclass."""
+    from agentrl.config.sft_options import TECHNIQUES
 
     hints = typing.get_type_hints(SftGeneralSettings)
     fields: list[tuple[str, Any, Any]] = [

@@ -28,7 +28,8 @@ from agentrl.runtime.denormals import denormals_flushed, flush_denormals
 from agentrl.runtime.actor_slots import ActorSlot, actor_options, slot_at
 from agentrl.envs.base import TaskRef
 from agentrl.rollout.backends.base import SamplingParams
-from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
+from agentrl.rollout.engine import RolloutResult, make_sampling_params
+from agentrl.rollout.engines import build_engine
 from agentrl.rollout.worker_calls import (STREAM_GROUP, WEIGHTS_GROUP, PendingRollout, RolloutHangError,
                                           check_progress)
 from agentrl.weights import PackedWeights, device_uuid, load_packed
@@ -109,15 +110,9 @@ class RolloutWorker:
         else:
             self.client = EnvClient.ray_actors(list(env_source), timeout=env_cfg.step_timeout_s)
             self.env_text = f"{len(env_source)} Ray env pool actor(s) of {env_cfg.name}"
-        if getattr(rollout_cfg, "agent", None):       # an outside agent through the gateway (docs/agents.md)
-            from agentrl.gateway.engine import AgentEngine
-
-            self.engine = AgentEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
-                                      agent=rollout_cfg.agent, instance_ids=instance_ids,
-                                      stop_strings=stop_strings)
-        else:
-            self.engine = RolloutEngine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
-                                        instance_ids=instance_ids, stop_strings=stop_strings)
+        # agentrl's own loop, or an outside agent through the gateway (rollout.agent, docs/agents.md)
+        self.engine = build_engine(self.backend, self.tokenizer, self.client, rollout_cfg, env_cfg,
+                                   instance_ids=instance_ids, stop_strings=stop_strings)
         # weights that arrive while a rollout runs wait here and are loaded between two env steps
         # (the engine's step boundary), never in the middle of a generate call
         self._weights_lock = threading.Lock()
