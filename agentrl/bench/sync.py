@@ -115,7 +115,7 @@ def _measure(args) -> dict:
     from agentrl.runtime.ray_start import init_local_ray
     from agentrl.runtime.rendezvous import reserve_store
     from agentrl.weights import BroadcastPath, WeightBroadcast, device_uuid
-    from agentrl.rollout.workers import RolloutWorkerGroup
+    from agentrl.rollout.worker_group import RolloutWorkerGroup
 
     if args.workers < 1 or args.repeats < 1 or args.bucket_mb < 1:
         raise SystemExit("--workers, --repeats and --bucket-mb must be >= 1")

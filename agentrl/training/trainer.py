@@ -103,7 +103,7 @@ class Trainer:
         """Learner, rollout workers (with their env servers), weight sync and rollout source."""
         from agentrl.learner.group import LearnerGroup
         from agentrl.rollout.sources import rollout_source
-        from agentrl.rollout.workers import RolloutWorkerGroup
+        from agentrl.rollout.worker_group import RolloutWorkerGroup
         from agentrl.runtime.ray_start import start_ray
         from agentrl.training.cpu_cores import core_policy, prepare_local_learner, rollout_thread_shares
         from agentrl.training.modes import check_mode_layout, warn_if_uncorrected

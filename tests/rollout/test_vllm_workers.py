@@ -17,7 +17,7 @@ import torch
 
 from agentrl.envs import TaskRef
 from agentrl.models import build_tiny_model
-from agentrl.rollout.workers import RolloutWorkerGroup
+from agentrl.rollout.worker_group import RolloutWorkerGroup
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
 REQUIRED = os.environ.get("AGENTRL_VLLM_REQUIRED") == "1"  # set by test_vllm_venv.py: never skip

@@ -12,7 +12,8 @@ from agentrl.envs import TaskRef, make_env
 from agentrl.models import build_tiny_model
 from agentrl.rollout.validation import validate
 from agentrl.weights import BroadcastPath, WeightBroadcast, broadcast_layout, pack_weights
-from agentrl.rollout.workers import RolloutWorkerGroup, default_torch_threads, split_evenly
+from agentrl.rollout.worker_group import RolloutWorkerGroup
+from agentrl.rollout.workers import default_torch_threads, split_evenly
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
 ray = pytest.importorskip("ray")

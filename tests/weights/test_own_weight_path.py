@@ -14,7 +14,7 @@ from agentrl.envs import TaskRef
 from agentrl.errors import UsageError
 from agentrl.learner.group import LearnerGroup
 from agentrl.models import build_tiny_model, load_model, train_tokenizer
-from agentrl.rollout.workers import RolloutWorkerGroup
+from agentrl.rollout.worker_group import RolloutWorkerGroup
 from agentrl.training.weight_sync import weight_sync_for
 from agentrl.weights import WeightPath
 from rollout_helpers import TINY, check_logprobs_match, env_config, rollout_config
