@@ -145,6 +145,9 @@ class CoalescingTransport:
         self._flush()
         self._transport.close()
 
+    def is_closing(self) -> bool:       # asked several times per request: not through __getattr__
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 

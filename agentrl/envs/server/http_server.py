@@ -42,9 +42,11 @@ RESTART_WINDOW_S = 60.0
 
 
 def _watch_parent() -> None:
-    """In a shard process: stop once the pipe from the server's main process closes (it exited)."""
+    """In a shard process: stop once the pipe from the server's main process closes (it exited). Read
+    from the file descriptor itself: a daemon thread blocked in ``sys.stdin`` holds its lock, which
+    the interpreter then cannot take at exit (a fatal error)."""
     try:
-        while sys.stdin.buffer.read(65536):
+        while os.read(sys.stdin.fileno(), 65536):
             pass
     except (OSError, ValueError):
         pass
