@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
+import subprocess
 import sys
+import tarfile
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Sequence
+
+import agentrl
+from agentrl.errors import UsageError
 
 
 def cpu_name() -> str:
@@ -67,3 +74,20 @@ def parse_target_args(target: ModuleType, argv: Sequence[str] = ()) -> argparse.
     parser = argparse.ArgumentParser(prog=f"agentrl bench {target_name(target)}")
     add_target_arguments(parser, target)
     return parser.parse_args(list(argv))
+
+
+def extract_revision(revision: str, into: Path, target: str) -> Path:
+    """agentrl's package at git ``revision`` (``git archive``) under ``into``; the directory to put on
+    PYTHONPATH (``agentrl bench <target> --baseline``). A one-line error when agentrl is not a git
+    checkout or the revision is unknown."""
+    repo = Path(agentrl.__file__).resolve().parents[1]
+    if not (repo / ".git").exists():
+        raise UsageError(f"bench {target} takes its baseline (--baseline {revision}) from git, but {repo} is not a "
+                         "git checkout of agentrl: run it from a clone")
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", revision, "agentrl"],
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise UsageError(f"--baseline {revision}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return into

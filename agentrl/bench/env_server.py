@@ -15,26 +15,22 @@ revision's environments and pool, so the ratio compares the two revisions' whole
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import socket
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-import agentrl
-from agentrl.bench._common import cpu_name, run_report
+from agentrl.bench._common import cpu_name, extract_revision, run_report
 from agentrl.bench.envs import add_served_pool_arguments, bench_client
 from agentrl.envs import make_env
 from agentrl.envs.server.client import EnvClient
 from agentrl.envs.server.http_server import ShardedHTTPServer
-from agentrl.errors import UsageError
 
 HELP = "batched env steps/s through the HTTP env server against an earlier revision's (from git), interleaved"
 SERVERS = ("new", "old")
@@ -49,22 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"git revision whose env server is the baseline (default {DEFAULT_BASELINE}: the stdlib "
                              "server the uvicorn one replaced); needs a git checkout of agentrl")
     add_served_pool_arguments(parser)
-
-
-def extract_revision(revision: str, into: Path) -> Path:
-    """agentrl's package at git ``revision`` (``git archive``) under ``into``; the directory to put on
-    PYTHONPATH. A one-line error when agentrl is not a git checkout or the revision is unknown."""
-    repo = Path(agentrl.__file__).resolve().parents[1]
-    if not (repo / ".git").exists():
-        raise UsageError(f"bench env-server takes its baseline (--baseline {revision}) from git, but {repo} is not a "
-                         "git checkout of agentrl: run it from a clone")
-    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", revision, "agentrl"],
-                             capture_output=True)
-    if archive.returncode != 0:
-        raise UsageError(f"--baseline {revision}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
-    return into
 
 
 def free_port() -> int:
@@ -126,7 +106,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="agentrl-bench-baseline-") as scratch:
-        tree = extract_revision(args.baseline, Path(scratch))
+        tree = extract_revision(args.baseline, Path(scratch), "env-server")
         for env_name in [n.strip() for n in args.envs.split(",") if n.strip()]:
             split = _split_of(env_name, args.split)
             runs: dict[str, list[float]] = {kind: [] for kind in SERVERS}

@@ -93,7 +93,8 @@ class EnvConfig:
                                   "several, instances are spread over them and moved off a server that dies "
                                   "(docs/env-servers.md, 'Several env servers')")
     server_token_file: Optional[str] = F(None, "file holding the shared token of the env.server_url servers (read "
-                                         "where each rollout worker runs); unset: $AGENTRL_ENV_TOKEN if set, "
+                                         "where each rollout worker runs, into that process only; refused when "
+                                         "others may read it: chmod 600); unset: $AGENTRL_ENV_TOKEN if set, "
                                          "else no token (docs/env-servers.md, 'Authentication and TLS')")
     num_servers: int = F(1, "env pool server processes (the env steps of one iteration are spread over them)", min=1)
     step_timeout_s: float = F(60.0, "per-call timeout for env reset/step batches", gt=0)

@@ -55,6 +55,14 @@ class RenderedPrompt:
     system_len: int = 0
 
 
+class PromptOverLimit(ValueError):
+    """The prompt passed the token limit it was built against (it was not tokenized to its end)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"the prompt has more than {limit} tokens")
+        self.limit = limit
+
+
 class ConversationRenderer:
     """Prompt ids of chat requests for one tokenizer (module docstring)."""
 
@@ -93,8 +101,9 @@ class ConversationRenderer:
         return self._ids(self.render(rendered, template_tools, True))
 
     def prompt(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
-               sampled: Sequence[SampledReply] = ()) -> RenderedPrompt:
-        """The ids to generate from for ``messages`` (+ the generation prompt), reusing ``sampled``."""
+               sampled: Sequence[SampledReply] = (), stop_over: int | None = None) -> RenderedPrompt:
+        """The ids to generate from for ``messages`` (+ the generation prompt), reusing ``sampled``;
+        :class:`PromptOverLimit` as soon as they pass ``stop_over`` tokens (the rest is not tokenized)."""
         rendered, template_tools = self._messages(messages, tools)
         # the request's assistant messages map in order onto the rendered ones (tools keep them 1:1)
         unused = list(sampled)
@@ -109,7 +118,10 @@ class ConversationRenderer:
         full = self.render(rendered, template_tools, True)
         texts = [""] + [self.render(rendered[:k], template_tools, False) for k in range(1, len(rendered) + 1)]
         if not all(texts[k].startswith(texts[k - 1]) for k in range(1, len(texts))) or not full.startswith(texts[-1]):
-            return RenderedPrompt(self._ids(full), [True] * len(messages), False, full)
+            ids = self._ids(full)
+            if stop_over is not None and len(ids) > stop_over:
+                raise PromptOverLimit(stop_over)
+            return RenderedPrompt(ids, [True] * len(messages), False, full)
         ids: list[int] = []
         assistant, system_len = 0, 0
         for k, message in enumerate(rendered, start=1):
@@ -122,9 +134,13 @@ class ConversationRenderer:
                 ids += self._ids(segment)
                 if k == 1 and message["role"] == "system":
                     system_len = len(ids)
-                continue
-            ids += self._reply_ids(rendered[:k - 1], template_tools, texts[k - 1], reply)
+            else:
+                ids += self._reply_ids(rendered[:k - 1], template_tools, texts[k - 1], reply)
+            if stop_over is not None and len(ids) > stop_over:
+                raise PromptOverLimit(stop_over)
         ids += self._ids(full[len(texts[-1]):])
+        if stop_over is not None and len(ids) > stop_over:
+            raise PromptOverLimit(stop_over)
         tokenized, assistant = [], 0
         for message in messages:
             if message.get("role") == "assistant":
@@ -148,4 +164,4 @@ class ConversationRenderer:
         return self._ids(header) + list(reply.token_ids) + self._ids(footer)
 
 
-__all__ = ["ConversationRenderer", "PLACEHOLDER", "RenderedPrompt", "SampledReply"]
+__all__ = ["ConversationRenderer", "PLACEHOLDER", "PromptOverLimit", "RenderedPrompt", "SampledReply"]

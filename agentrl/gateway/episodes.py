@@ -76,10 +76,12 @@ class EpisodeRegistry:
             return self._episodes.get(key)
 
     def close(self, key: str) -> GatewayEpisode:
-        """The episode, no longer accepting calls (a call still running finishes and is recorded)."""
+        """The episode, no longer accepting calls: its steps are final (a call still running when it
+        closes is refused when it tries to record its step, under the episode's lock)."""
         with self._lock:
             episode = self._episodes.pop(key)
-        episode.closed = True
+        with episode.lock:
+            episode.closed = True
         return episode
 
     def __len__(self) -> int:

@@ -14,9 +14,16 @@ constrained), ``temperature``, ``top_p``, ``max_tokens`` / ``max_completion_toke
 ``seed``, ``logprobs`` (``top_logprobs`` only 0), ``stream`` (and ``stream_options.include_usage``),
 ``n`` = 1, and agentrl's own ``agentrl: {"anchor": ...}`` (the OpenAI client's ``extra_body``).
 Anything malformed is a 400 in OpenAI's error shape (``{"error": {"message", "type", "code"}}``)
-and fails the episode; an unknown key is a 401; a call over the episode's budget a 400 with code
-``budget_exceeded``; a failed engine call a 500 with code ``engine_error`` (the rollout then fails:
-the engine's fault, not the agent's).
+and fails the episode; an unknown key is a 401 (the connection is closed); a call over the
+episode's budget a 400 with code ``budget_exceeded``; a failed engine call a 500 with code
+``engine_error`` (the rollout then fails: the engine's fault, not the agent's).
+
+What one request may cost is bounded before the prompt is built (docs/reliability.md, "Limits"):
+a body over ``max_body_bytes`` is refused unread (413), more than ``max_messages`` messages or
+more than ``max_prompt_chars`` characters of messages and tools (400, ``context_length_exceeded``);
+with ``prompt_truncation="error"`` the prompt is tokenized message by message and refused as soon
+as it passes ``max_prompt_tokens``. The connections are guarded as
+:mod:`agentrl.runtime.http_connections` describes (head size and deadline, keep-alive, a cap).
 """
 
 from __future__ import annotations
@@ -36,14 +43,19 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from agentrl.gateway.conversation import ConversationRenderer, SampledReply
+from agentrl.gateway.conversation import ConversationRenderer, PromptOverLimit, SampledReply
 from agentrl.gateway.episodes import (Batcher, EngineError, EnvCallError, EpisodeRegistry, GatewayEpisode, GatewayStep,
                                       anchor_of)
 from agentrl.gateway.tools import calls_key, parse_tool_calls
 from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+from agentrl.runtime.http_connections import LISTEN_BACKLOG, ConnectionGuard, ConnectionLimits, connection_of
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 4
+MAX_BODY_BYTES = 4 << 20        # a request body larger than this is refused unread (413)
+MAX_MESSAGES = 256              # messages of one request (building a prompt takes time quadratic in them)
+CHARS_PER_TOKEN = 32            # max_prompt_chars defaults to this many characters per token of the model length
+MIN_PROMPT_CHARS = 1 << 16
 
 
 class RequestError(ValueError):
@@ -56,7 +68,42 @@ class RequestError(ValueError):
 
 def _error(err: RequestError) -> Response:
     body = {"error": {"message": str(err), "type": err.kind, "code": err.code, "param": None}}
-    return Response(orjson.dumps(body), err.status, media_type="application/json")
+    close = {"Connection": "close"} if err.status in (401, 413) else None   # a stranger, or a body left unread
+    return Response(orjson.dumps(body), err.status, close, media_type="application/json")
+
+
+def _openai_error(status: int, message: str) -> bytes:
+    """A connection-level error (431, 408, 503, malformed HTTP) in OpenAI's error shape."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return orjson.dumps({"error": {"message": message, "type": kind, "code": f"http_{status}", "param": None}})
+
+
+async def _body_json(request: Request, limit: int) -> Any:
+    """The request body parsed, refused (413) past ``limit`` bytes, announced or sent."""
+    announced = request.headers.get("content-length")
+    if announced is not None and announced.isdigit() and int(announced) > limit:
+        raise RequestError(f"the request body has {announced} bytes, more than the {limit} the gateway takes",
+                           413, "request_too_large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(f"the request body is over the {limit} bytes the gateway takes", 413,
+                               "request_too_large")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise RequestError(f"the body is not JSON: {err}") from err
+
+
+def _characters(messages: list[dict[str, Any]], tools: Any) -> int:
+    """Characters of the messages' text, tool calls and the tool list: what the prompt is built from."""
+    count = len(orjson.dumps(tools)) if tools else 0
+    for message in messages:
+        count += len(message.get("content") or "")
+        if message.get("tool_calls"):
+            count += len(orjson.dumps(message["tool_calls"]))
+    return count
 
 
 def _text(content: Any, where: str) -> str | None:
@@ -115,7 +162,9 @@ class Gateway:
     def __init__(self, backend: GenerationBackend, tokenizer: Any, *, model_name: str = "agentrl-policy",
                  host: str = "127.0.0.1", port: int = 0, max_model_len: int = 4096, default_max_tokens: int = 256,
                  stop_token_ids: tuple[int, ...] = (), max_batch: int = 256, batch_wait_s: float = 0.005, seed: int = 0,
-                 max_prompt_tokens: int | None = None, prompt_truncation: str = "error"):
+                 max_prompt_tokens: int | None = None, prompt_truncation: str = "error",
+                 max_body_bytes: int = MAX_BODY_BYTES, max_messages: int = MAX_MESSAGES,
+                 max_prompt_chars: int | None = None, limits: ConnectionLimits | None = None):
         self.tokenizer, self.model_name = tokenizer, model_name
         self.renderer = ConversationRenderer(tokenizer)
         self.episodes = EpisodeRegistry()
@@ -129,16 +178,22 @@ class Gateway:
         self.sampling: SamplingParams | None = None
         #: rollout.max_prompt_tokens and rollout.prompt_truncation (left: keep a long prompt's last tokens)
         self.max_prompt_tokens, self.prompt_truncation = int(max_prompt_tokens or 0), prompt_truncation
-        self.truncated_prompts = 0
+        self.max_body_bytes, self.max_messages = int(max_body_bytes), int(max_messages)
+        self.max_prompt_chars = int(max_prompt_chars or max(MIN_PROMPT_CHARS, CHARS_PER_TOKEN * self.max_model_len))
+        self.truncated_prompts = 0          # prompts cut to their last max_prompt_tokens tokens
+        self.dropped_system_messages = 0    # of those, cut without their system message (instructions, tools)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.create_server((host, port), family=family, backlog=256)
+        self.socket = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
         self.host, self.port = host, self.socket.getsockname()[1]
         self.app = Starlette(routes=[Route("/v1/models", self._models, methods=["GET"]),
                                      Route("/v1/chat/completions", self._chat, methods=["POST"]),
                                      Route("/agentrl/env/{what:str}", self._env, methods=["POST"]),
                                      Route("/health", self._health, methods=["GET"])])
-        self._uvicorn = uvicorn.Server(uvicorn.Config(self.app, lifespan="off", log_config=None, log_level="error",
-                                                      access_log=False, server_header=False, date_header=False))
+        self.guard = ConnectionGuard(limits, _openai_error)
+        self._uvicorn = uvicorn.Server(uvicorn.Config(self.app, http=self.guard.protocol_class(), lifespan="off",
+                                                      log_config=None, log_level="error", access_log=False,
+                                                      timeout_keep_alive=self.guard.limits.keep_alive_s,
+                                                      server_header=False, date_header=False))
         self._thread: threading.Thread | None = None
 
     @property
@@ -170,16 +225,16 @@ class Gateway:
         if episode is None:
             raise RequestError("unknown or missing API key: each episode's agent gets its own key from the trainer "
                                "(Authorization: Bearer <key>)", 401, "invalid_api_key", "authentication_error")
+        connection = connection_of(request.scope)
+        if connection is not None:
+            connection.prove()
         return episode
 
     async def _chat(self, request: Request) -> Response:
         episode = None
         try:
             episode = self._episode(request)
-            try:
-                body = orjson.loads(await request.body())
-            except orjson.JSONDecodeError as err:
-                raise RequestError(f"the body is not JSON: {err}") from err
+            body = await _body_json(request, self.max_body_bytes)
             if not isinstance(body, dict):
                 raise RequestError("the body must be a JSON object")
             return await self._complete(episode, body)
@@ -202,10 +257,8 @@ class Gateway:
                 obs, info = await run_in_threadpool(episode.env.reset)
                 return Response(orjson.dumps({"obs": obs, "info": info}, default=str), 200,
                                 media_type="application/json")
-            try:
-                action = orjson.loads(await request.body()).get("action")
-            except (orjson.JSONDecodeError, AttributeError) as err:
-                raise RequestError(f"the body must be {{\"action\": \"...\"}}: {err}") from err
+            body = await _body_json(request, self.max_body_bytes)
+            action = body.get("action") if isinstance(body, dict) else None
             if not isinstance(action, str):
                 raise RequestError("the body must be {\"action\": \"...\"} with a string action")
             obs, reward, done, info = await run_in_threadpool(episode.env.step, action)
@@ -262,20 +315,20 @@ class Gateway:
             raise RequestError("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
         if body.get("tool_choice") == "none":
             tools = None
+        self._check_size(messages, tools)
         extra = body.get("agentrl") if isinstance(body.get("agentrl"), dict) else {}
         with episode.lock:
             sampled = list(episode.sampled)
-        # off the event loop: other requests are read and answered meanwhile
-        prompt = await run_in_threadpool(self.renderer.prompt, messages, tools, sampled)
+        # off the event loop: other requests are read and answered meanwhile; refused as soon as it passes
+        # max_prompt_tokens unless it is to be cut
+        stop_over = self.max_prompt_tokens if self.max_prompt_tokens and self.prompt_truncation != "left" else None
+        try:
+            prompt = await run_in_threadpool(self.renderer.prompt, messages, tools, sampled, stop_over)
+        except PromptOverLimit as over:
+            raise RequestError(f"the prompt has more than {over.limit} tokens, the most a call may send "
+                               "(rollout.max_prompt_tokens)", 400, "context_length_exceeded") from None
         if self.max_prompt_tokens and len(prompt.ids) > self.max_prompt_tokens:
-            if self.prompt_truncation != "left":
-                raise RequestError(f"the prompt has {len(prompt.ids)} tokens, more than the {self.max_prompt_tokens} "
-                                   "a call may send (rollout.max_prompt_tokens)", 400, "context_length_exceeded")
-            # as agentrl's own loop: the last tokens; after the system message (instructions, tools) if
-            # there is one and it takes at most half the room
-            keep = prompt.system_len if 0 < prompt.system_len <= self.max_prompt_tokens // 2 else 0
-            prompt.ids = prompt.ids[:keep] + prompt.ids[len(prompt.ids) - (self.max_prompt_tokens - keep):]
-            self.truncated_prompts += 1
+            self._cut(prompt)
         sampling, seeded = self._sampling(body, len(prompt.ids), episode)
         try:
             generation, version = await asyncio.wrap_future(self.batcher.submit(prompt.ids, sampling, seeded))
@@ -292,7 +345,10 @@ class Gateway:
         step = GatewayStep(prompt.ids, ids, list(generation.logprobs), version, anchor_of(messages, extra.get("anchor")),
                            messages, prompt.tokenized, prompt.token_in_token_out, finish,
                            parsed.invalid_tool_calls if parsed else 0, time.perf_counter() - started)
-        with episode.lock:
+        with episode.lock:       # a call still running when its episode closed is refused, not recorded
+            if episode.closed:
+                raise RequestError("this episode ended while the call ran (its agent timed out or the rollout "
+                                   "finished): the reply is not recorded", 400, "episode_closed")
             episode.steps.append(step)
             episode.sampled.append(SampledReply(content, calls_key(calls), ids))
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -313,6 +369,27 @@ class Gateway:
                  "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}],
                  "usage": usage}
         return Response(orjson.dumps(reply), 200, media_type="application/json")
+
+    def _check_size(self, messages: list[dict[str, Any]], tools: Any) -> None:
+        """Refuse, before any prompt is built, a request too large to build one for (module docstring)."""
+        if len(messages) > self.max_messages:
+            raise RequestError(f"the request has {len(messages)} messages, more than the {self.max_messages} a call "
+                               "may send; send the conversation's last turns", 400, "context_length_exceeded")
+        chars = _characters(messages, tools)
+        if chars > self.max_prompt_chars:
+            raise RequestError(f"the messages and tools hold {chars} characters, more than the {self.max_prompt_chars} "
+                               f"a call may send ({CHARS_PER_TOKEN} per token of the model length "
+                               f"{self.max_model_len}); send the conversation's last turns", 400,
+                               "context_length_exceeded")
+
+    def _cut(self, prompt) -> None:
+        """As agentrl's own loop (rollout.prompt_truncation=left): the last tokens, after the system message
+        (instructions, tools) when it takes at most half the room; counted, the system message's loss too."""
+        keep = prompt.system_len if 0 < prompt.system_len <= self.max_prompt_tokens // 2 else 0
+        prompt.ids = prompt.ids[:keep] + prompt.ids[len(prompt.ids) - (self.max_prompt_tokens - keep):]
+        self.truncated_prompts += 1
+        if prompt.system_len and not keep:
+            self.dropped_system_messages += 1
 
     def _chunks(self, reply_id: str, created: int, message: dict[str, Any], finish: str, logprobs: Any,
                 usage: dict[str, int] | None):

@@ -67,7 +67,15 @@ class PromptTooLongError(ValueError):
 
 
 class EnvFailureLimitError(RuntimeError):
-    """More episodes of one rollout failed in their environments than ``rollout.max_env_failures``."""
+    """More episodes of one rollout failed in their environments than ``rollout.max_env_failures``.
+    ``resume_when``: what must be healthy again before a resumed run goes on (the stop line names it)."""
+
+    def __init__(self, message: str, resume_when: str = "the env servers are healthy"):
+        super().__init__(message)
+        self.resume_when = resume_when
+
+    def __reduce__(self):      # through Ray: keep resume_when
+        return type(self), (str(self), self.resume_when)
 
 
 RERUN_WAVE_STRIDE = 1000   # a re-run wave samples with seeds of its own
@@ -159,8 +167,8 @@ class Activity:
     env: bool = False       # waiting on the environments (else on the policy or itself)
 
 
-COUNTERS = ("env_steps", "generated_tokens", "prompt_tokens", "truncated_prompts", "max_prompt_tokens",
-            "invalid_actions", "noop_actions", "env_errors")
+COUNTERS = ("env_steps", "generated_tokens", "prompt_tokens", "truncated_prompts", "dropped_system_messages",
+            "max_prompt_tokens", "invalid_actions", "noop_actions", "env_errors")
 TIMES = ("generate_s", "env_s", "prompt_s")
 
 
@@ -324,6 +332,10 @@ class RolloutEngine:
         result.stats.update({k: float(v) for k, v in failures.items()}, episodes=float(len(result.episodes)))
         return result
 
+    def failure_advice(self) -> tuple[str, str]:
+        """What to do when too many episodes failed, and what must be healthy before a resume."""
+        return "check the env servers, or raise rollout.max_env_failures", "the env servers are healthy"
+
     def _run_recovering(self, envs: list[tuple[TaskRef, int, int]], sampling: SamplingParams, seed: int,
                         wave: int, failures: dict[str, int]) -> list[RolloutResult]:
         """Run one wave; episodes that an environment failure ended (a raising or hung instance, a
@@ -341,10 +353,11 @@ class RolloutEngine:
             failures["env_failures"] += len(failed)
             if failures["env_failures"] > cap:
                 first = next(iter(failed.values()))
+                advice, resume_when = self.failure_advice()
                 raise EnvFailureLimitError(
                     f"{failures['env_failures']} {self.env_name} episodes failed in one rollout, more than "
-                    f"rollout.max_env_failures={cap} (last: episode {first.traj_id}: {first.env_error}); check "
-                    "the env servers, or raise rollout.max_env_failures")
+                    f"rollout.max_env_failures={cap} (last: episode {first.traj_id}: {first.env_error}); {advice}",
+                    resume_when)
             if failed and part.batch is not None:
                 keep = [t not in failed for t in part.batch.traj_id.tolist()]
                 part.batch = part.batch.select(keep) if any(keep) else None

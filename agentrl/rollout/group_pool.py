@@ -175,10 +175,11 @@ class GroupPool:
         count = self.failures_by_block.get(block, 0) + 1
         self.failures_by_block[block] = count
         if count > self.max_failures:
+            advice, resume_when = self.engine.failure_advice()
             raise EnvFailureLimitError(
                 f"{count} {self.engine.env_name} episodes failed in one iteration's groups on one rollout worker, "
                 f"more than rollout.max_env_failures={self.max_failures} (last: episode {episode.traj_id}: "
-                f"{episode.error}); check the env servers, or raise rollout.max_env_failures")
+                f"{episode.error}); {advice}", resume_when)
 
     def _result(self, group: RunningGroup) -> RolloutResult:
         """The group's records and episodes; its instances are free again."""

@@ -26,7 +26,7 @@ import ray
 import torch
 
 from agentrl.envs.base import TaskRef
-from agentrl.envs.server.auth import export_token_file
+from agentrl.envs.server.auth import load_token_file
 from agentrl.envs.server.ray_pool import launch_ray_shards
 from agentrl.envs.server.servers import spares_per_worker
 from agentrl.models import load_tokenizer, stop_token_ids
@@ -74,7 +74,7 @@ class RolloutWorkerGroup:
         spares: list[list[int]] = [[] for _ in range(self.num_workers)]
         if env_url is not None:
             env_source: Any = env_url
-            export_token_file(env_cfg.server_token_file)   # the servers are probed from here first
+            load_token_file(env_cfg.server_token_file)   # the servers are probed from here first
             spares = spares_per_worker(env_url, self.num_envs, self.num_workers, env_cfg.step_timeout_s)
         elif env_actors is not None:
             env_source = list(env_actors)

@@ -15,7 +15,7 @@ import torch
 
 from agentrl.envs.base import TaskRef
 from agentrl.envs.server import EnvClient
-from agentrl.envs.server.auth import export_token_file
+from agentrl.envs.server.auth import load_token_file
 from agentrl.envs.server.servers import connect_env_servers
 from agentrl.models import load_tokenizer, resolve_dtype
 from agentrl.rollout.backends import make_backend
@@ -81,7 +81,7 @@ class RolloutWorker:
         if hidden_layer is not None:
             self.backend.record_hidden(hidden_layer)
         if isinstance(env_source, str):
-            export_token_file(env_cfg.server_token_file)   # read on this worker's node
+            load_token_file(env_cfg.server_token_file)   # read on this worker's node, kept from its children
             self.client = connect_env_servers(env_source, env_cfg.step_timeout_s, spare_instance_ids)
             self.env_text = (self.client.describe() if hasattr(self.client, "describe")
                              else f"the env server at {env_source}")

@@ -10,8 +10,13 @@ Layout of ``<trainer.output_dir>/<run name>/``::
     checkpoints/latest          name of the newest complete checkpoint
     final_model/                the trained policy as a Hugging Face directory
 
-A checkpoint is written to ``iter_N.partial`` and renamed when complete; ``latest`` is replaced
-atomically after that, so a kill at any moment leaves the previous checkpoint usable.
+A checkpoint is written to ``iter_N.partial``; every file and directory in it is flushed to disk
+(fsync), then its commit marker ``COMMITTED.json`` (each file's size) is written and flushed last, the
+directory is renamed ``iter_N`` and ``latest`` replaced atomically, each rename flushed too. A kill
+at any moment leaves the previous checkpoint usable, and so does a power loss: resuming checks the
+checkpoint ``latest`` names against its marker and falls back, with a one-line warning, to the
+newest complete one when it is incomplete or unreadable (a file shorter than written, a lost marker
+or pointer).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,10 +49,71 @@ class TrainerState:
         return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls) if f.name in data})
 
 
-def _write_atomically(path: Path, text: str) -> None:
+COMMIT_MARKER = "COMMITTED.json"     # written last into a checkpoint: its files and their sizes
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a directory's contents to disk (directories: their entries, i.e. renames)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if path.is_dir() else os.O_RDONLY)
+    except OSError:
+        if path.is_dir() and os.name == "nt":     # Windows cannot open a directory to flush it
+            return
+        raise
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, text: str, durable: bool = False) -> None:
+    """``text`` into ``path`` by a rename, so a reader sees the old or the new text; ``durable``: flushed
+    to disk first, and the rename after it."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    with open(tmp, "w") as f:
+        f.write(text)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if durable:
+        _fsync(path.parent)
+
+
+def commit(directory: Path, iteration: int) -> None:
+    """Flush every file and directory of a written checkpoint, then write its marker (flushed, last)."""
+    files: dict[str, int] = {}
+    for path in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):  # deepest first
+        _fsync(path)
+        if path.is_file():
+            files[path.relative_to(directory).as_posix()] = path.stat().st_size
+    _write_atomically(directory / COMMIT_MARKER, json.dumps({"iteration": iteration, "files": files}, indent=1,
+                                                            sort_keys=True), durable=True)
+
+
+def checkpoint_problem(directory: Path) -> str | None:
+    """What is wrong with the checkpoint in ``directory`` (None when it is complete): a file its marker
+    lists that is missing or has another size, an unreadable marker or trainer state. A checkpoint
+    written before markers existed is judged by its trainer state alone."""
+    if not directory.is_dir():
+        return "it does not exist"
+    marker = directory / COMMIT_MARKER
+    if marker.exists():
+        try:
+            files = json.loads(marker.read_text())["files"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            return f"its commit marker is unreadable ({type(err).__name__})"
+        for name, size in files.items():
+            path = directory / name
+            if not path.is_file():
+                return f"{name} is missing"
+            if path.stat().st_size != size:
+                return f"{name} has {path.stat().st_size} bytes, {size} were written"
+    try:
+        TrainerState.from_json((directory / "trainer_state.json").read_text())
+    except (OSError, ValueError, TypeError) as err:
+        return f"trainer_state.json is unreadable ({type(err).__name__})"
+    return None
 
 
 class RunDirectory:
@@ -102,7 +169,9 @@ class RunDirectory:
         return self.checkpoint_dir(iteration) / "learner"
 
     def load_latest(self) -> TrainerState | None:
-        """The state of the checkpoint to resume from (``trainer.resume``), or None to start fresh."""
+        """The state of the checkpoint to resume from (``trainer.resume``), or None to start fresh. With
+        ``auto``: the one ``latest`` names, else (incomplete or unreadable, said in one warning line) the
+        newest complete one."""
         resume = self.cfg.trainer.resume
         if resume == "never":
             return None
@@ -110,18 +179,49 @@ class RunDirectory:
             pointer = self.checkpoints / "latest"
             if not pointer.is_file():
                 return None
-            directory = self.checkpoints / pointer.read_text().strip()
+            directory = self._complete_latest(pointer)
         else:
             directory = Path(resume).expanduser()
-        state_file = directory / "trainer_state.json"
-        if not state_file.is_file():
-            raise UsageError(f"cannot resume from {directory}: it has no trainer_state.json (not a complete "
-                             "agentrl checkpoint); pass trainer.resume=auto or a checkpoints/iter_N directory")
-        state = TrainerState.from_json(state_file.read_text())
+            if not (directory / "trainer_state.json").is_file():
+                raise UsageError(f"cannot resume from {directory}: it has no trainer_state.json (not a complete "
+                                 "agentrl checkpoint); pass trainer.resume=auto or a checkpoints/iter_N directory")
+            problem = checkpoint_problem(directory)
+            if problem is not None:
+                raise UsageError(f"cannot resume from {directory}: it is incomplete ({problem}); pass another "
+                                 "checkpoints/iter_N directory or trainer.resume=auto")
+        state = TrainerState.from_json((directory / "trainer_state.json").read_text())
         if directory.parent != self.checkpoints:  # resuming another run's checkpoint: copy it in first
             self.checkpoints.mkdir(parents=True, exist_ok=True)
             shutil.copytree(directory, self.checkpoint_dir(state.iteration), dirs_exist_ok=True)
         return state
+
+    def _complete_latest(self, pointer: Path) -> Path:
+        """The checkpoint ``latest`` names when it is complete, else the newest complete one (a warning
+        says which and why); a UsageError when none is."""
+        try:
+            named = pointer.read_text().strip()
+        except OSError:
+            named = ""
+        problems = []
+        if named:
+            problem = checkpoint_problem(self.checkpoints / named)
+            if problem is None:
+                return self.checkpoints / named
+            problems.append(f"{named}: {problem}")
+        else:
+            problems.append("checkpoints/latest is empty")
+        for directory in reversed(self.complete_checkpoints()):
+            if directory.name == named:
+                continue
+            problem = checkpoint_problem(directory)
+            if problem is None:
+                print(f"agentrl: warning: {problems[0]}; resuming from {directory.name}, the newest complete "
+                      "checkpoint", file=sys.stderr, flush=True)
+                return directory
+            problems.append(f"{directory.name}: {problem}")
+        raise UsageError(f"no complete checkpoint to resume from in {self.checkpoints} ({'; '.join(problems)}); "
+                         "move that directory aside to start afresh, or pass trainer.resume=never with another "
+                         "trainer.run_name")
 
     def save(self, state: TrainerState, learner, extra: Callable[[Path], None] | None = None) -> Path:
         """Write a complete checkpoint for ``state.iteration`` and point ``latest`` at it (``extra``
@@ -145,6 +245,7 @@ class RunDirectory:
             if extra is not None:
                 extra(partial)
             (partial / "trainer_state.json").write_text(state.to_json())
+            commit(partial, state.iteration)        # on disk, then the marker: before any rename
         except Exception as err:  # noqa: BLE001 - a Ray rank's error wraps the OSError
             cause = getattr(err, "cause", None) or err
             if not (isinstance(cause, OSError) and cause.errno in DISK_FULL_ERRNOS):
@@ -155,7 +256,8 @@ class RunDirectory:
         if final.exists():
             shutil.rmtree(final)
         os.replace(partial, final)
-        _write_atomically(self.checkpoints / "latest", final.name)
+        _fsync(self.checkpoints)
+        _write_atomically(self.checkpoints / "latest", final.name, durable=True)
         self._prune(self.cfg.trainer.keep_checkpoints)
         return final
 

@@ -74,10 +74,12 @@ class FailureStop:
         saved = (f"checkpoint {where} holds iteration {done}" if where else
                  "no iteration had finished" if done == 0 else f"iteration {done}'s checkpoint could not be written")
         cause = getattr(err, "cause", None)  # a Ray task error wraps the worker's exception
-        text = str(cause if isinstance(cause, EnvFailureLimitError) else err).strip()
+        failure = cause if isinstance(cause, EnvFailureLimitError) else err
+        text = str(failure).strip()
         message = text.splitlines()[-1] if text else type(err).__name__
         self.tracker.status(f"stopped in iteration {iteration}: {message}")
-        healthy = "the rollout workers are healthy" if isinstance(err, RolloutHangError) else "the env servers are healthy"
+        healthy = ("the rollout workers are healthy" if isinstance(err, RolloutHangError)
+                   else getattr(failure, "resume_when", "the env servers are healthy"))
         raise UsageError(f"training stopped in iteration {iteration}: {message}; {saved}; run the same command "
                          f"again to resume once {healthy}") from None
 

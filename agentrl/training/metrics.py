@@ -4,6 +4,8 @@ from the rollout backend's."""
 
 from __future__ import annotations
 
+import sys
+
 
 def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     from agentrl.rollout.validation import summarize
@@ -16,7 +18,7 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     metrics[f"{prefix}response_tokens"] = float(batch.response_mask.sum())
     metrics[f"{prefix}mixed_outcome_groups"] = mixed_outcome_groups(result.episodes)
     for key in ("env_failures", "episodes_rerun", "episodes_masked", "guided_episodes", "generated_tokens",
-                "truncated_prompts", "noop_actions"):
+                "truncated_prompts", "dropped_system_messages", "noop_actions"):
         metrics[f"{prefix}{key}"] = float(result.stats.get(key, 0.0))
     # several env servers (env.server_url): per server, instances it failed and moved off it, and
     # whether it is down (env/server<i>_failed, _moved, _down; docs/env-servers.md)
@@ -32,6 +34,29 @@ def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
     # mode while the learner worked; with one_step_off while they waited for the next call
     metrics["time/rollout_wait_s"] = float(result.stats.get("idle_before_s", 0.0))
     return metrics
+
+
+class PromptCutWarning:
+    """One warning per run (on the driver, whatever the number of rollout workers) the first time the
+    rollout cut prompts to ``rollout.max_prompt_tokens`` (``rollout/truncated_prompts``), saying also
+    how many lost their system message, the instructions and tools an outside agent sent
+    (``rollout/dropped_system_messages``): a model that never sees its tools cannot learn to use them."""
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    def check(self, metrics: dict[str, float], iteration: int, max_prompt_tokens: int) -> None:
+        cut = int(metrics.get("rollout/truncated_prompts", 0))
+        if self.warned or cut == 0:
+            return
+        self.warned = True
+        dropped = int(metrics.get("rollout/dropped_system_messages", 0))
+        lost = (f"; {dropped} of them lost their system message (instructions, tools), which takes more than half "
+                "of that (rollout/dropped_system_messages)") if dropped else ""
+        print(f"agentrl: warning: {cut} prompts of iteration {iteration} were longer than rollout.max_prompt_tokens="
+              f"{max_prompt_tokens} and kept only their last tokens (rollout/truncated_prompts){lost}; raise "
+              "rollout.max_prompt_tokens or send shorter prompts (this warning is shown once per run)",
+              file=sys.stderr, flush=True)
 
 
 def mixed_outcome_groups(episodes) -> float:

@@ -37,7 +37,7 @@ from agentrl.runs.task_schedule import TaskSchedule
 from agentrl.runs.tracking import GpuMemory, Phases, Tracker
 from agentrl.training.failures import FailureStop
 from agentrl.training.inspection import BatchRecorder, rollout_hidden_layer
-from agentrl.training.metrics import episode_metrics, rollout_logprob_gap
+from agentrl.training.metrics import PromptCutWarning, episode_metrics, rollout_logprob_gap
 
 
 def guided_advantages(batch, advantages):
@@ -82,6 +82,7 @@ class Trainer:
         self.memory = None        # GPU memory per phase, on a GPU
         self.finished = 0         # the last iteration whose update the learner holds
         self.stops = FailureStop(self.run, self.tracker, self.checkpoint)
+        self.prompt_cuts = PromptCutWarning()
 
     # ----- setup ---------------------------------------------------------------------------------
     def reserve_placement(self) -> None:
@@ -230,6 +231,7 @@ class Trainer:
             self.weights.push(version=k)
 
         metrics = episode_metrics(taken.result)
+        self.prompt_cuts.check(metrics, k, cfg.rollout.max_prompt_tokens)
         metrics.update(taken.metrics)
         metrics.update({f"estimator/{key}": value for key, value in diagnostics.items()})
         metrics.update({f"learner/{key}": value for key, value in update.items()})

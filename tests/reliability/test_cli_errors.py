@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from agentrl.cli.main import main as cli_main
 from reliability_kit import record_figures
 
 CASES = [
@@ -47,3 +48,21 @@ def test_output_directory_that_cannot_be_created(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "trainer.output_dir" in lines[0] and "is a file" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+@pytest.mark.parametrize("agent, fragment", [
+    ("nonexistent.module:fn", "cannot import nonexistent.module"),
+    ("json:nope", "json has no nope"),
+    ("json:__name__", "is not callable"),
+    ("json", "give module:function"),
+])
+def test_a_bad_outside_agent_is_refused_before_anything_starts(tmp_path, capsys, agent, fragment):
+    """Before, rollout.agent was loaded only inside the Ray rollout worker, after the tokenizer, Ray and
+    the model: exit 1 and a 52-66-line traceback 20-30 s later."""
+    out = tmp_path / "runs"
+    out.mkdir()
+    code = cli_main(["train", "recipe=textcraft_grpo_tiny", "rollout.expert_guidance=false", f"rollout.agent={agent}",
+                     f"trainer.output_dir={out}"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("agentrl: error: rollout.agent=") and fragment in lines[0]
+    assert list(out.iterdir()) == []

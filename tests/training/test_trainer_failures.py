@@ -10,6 +10,7 @@ through the real trainer loop and the real learner, the rollout source standing 
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
@@ -89,3 +90,13 @@ def test_a_failure_while_a_checkpoint_waits_for_the_next_groups_is_a_clean_stop(
     assert message.startswith("training stopped in iteration 1: rollout worker 0 made no progress")
     assert "holds iteration 1" in message and "rollout workers are healthy" in message
     assert trainer.learner.update_calls == 1 and saved_iteration(trainer) == 1 and source.saved == [1]
+
+
+def test_an_agent_failure_tells_to_fix_the_agent_not_the_env_servers(tmp_path):
+    error = EnvFailureLimitError("17 textcraft episodes failed in one rollout (last: episode 3: agent: ValueError: "
+                                 "boom); the agent (rollout.agent=my.agents:play) failed: fix it", "the agent is fixed")
+    error = pickle.loads(pickle.dumps(error))       # as it comes back from a rollout worker through Ray
+    trainer, message = run_until_it_fails(tmp_path, FailingSource("before_push", 1, error), save_every=0)
+    assert "the agent (rollout.agent=my.agents:play) failed: fix it" in message
+    assert message.endswith("run the same command again to resume once the agent is fixed")
+    assert "env servers" not in message

@@ -42,6 +42,15 @@ def require_inputs(cfg: Config) -> None:
                          "file; set trainer.output_dir to a writable directory")
 
 
+def require_agent(cfg: Config) -> None:
+    """Stop before anything starts when ``rollout.agent`` cannot be loaded here (the rollout workers load
+    it again where they run): no colon, a module that does not import, a missing or non-callable name."""
+    if cfg.rollout.agent:
+        from agentrl.rollout.agents.task import load_agent
+
+        load_agent(cfg.rollout.agent)
+
+
 def wants_gpu(cfg: Config) -> bool:
     """Whether the run trains on GPUs: ``trainer.device=cuda``, or ``auto`` with a model that is not tiny."""
     return cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and cfg.model.name_or_path != "tiny")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agentrl.cli.commands._common import require_agent
 from agentrl.errors import UsageError
 
 HELP = "evaluate a policy on a whole split: one JSONL line per episode and a summary (resumable)"
@@ -67,6 +68,7 @@ def run(args) -> int:
     log = lambda text: print(f"[eval] {text}", flush=True)  # noqa: E731
     policy = resolve_policy(Path(options["checkpoint"]), log)
     cfg = _config(options, rest, policy.run_dir)
+    require_agent(cfg)
     split = options.get("split") or cfg.eval.split or cfg.env.eval_split
     seeds = parse_seeds(options["seeds"]) if "seeds" in options else [int(s) for s in cfg.eval.seeds]
     out = Path(options["out"]).expanduser() if "out" in options else default_output_dir(policy, cfg.env.name, split)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from agentrl.cli.commands._common import (DEFAULT_TRAIN_RECIPE, add_recipe_arguments, require_hardware,
-                                          require_inputs, require_placement, resolve)
+from agentrl.cli.commands._common import (DEFAULT_TRAIN_RECIPE, add_recipe_arguments, require_agent,
+                                          require_hardware, require_inputs, require_placement, resolve)
 
 HELP = f"train a policy with RL (default recipe: {DEFAULT_TRAIN_RECIPE}, a tiny CPU recipe)"
 TORCH_COMPUTE = True    # see agentrl.cli.main
@@ -22,6 +22,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     recipe, cfg = resolve(args, DEFAULT_TRAIN_RECIPE)
     require_inputs(cfg)
+    require_agent(cfg)
     require_placement(cfg)
     require_hardware(cfg, recipe)
     from agentrl.training.trainer import train

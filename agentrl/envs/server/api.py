@@ -135,9 +135,12 @@ it before stepping it again). Other statuses: 401 no or wrong token (a server st
 requires `Authorization: Bearer <token>` on every route but /health), 404 unknown route, 405 wrong
 method, 408 a request head or body that did not arrive in time (the connection is closed), 411
 POST without Content-Length, 413 body over the server's limit (refused from the header; the
-connection is closed), 500 an unexpected server fault (the server keeps running), 503 the server
-closed while the request ran (the instances' state is unknown). Every error body is
-{"error": message}.
+connection is closed), 431 a request head (request line and headers) over 64 KiB (the connection is
+closed), 500 an unexpected server fault (the server keeps running), 503 the server closed while the
+request ran (the instances' state is unknown), or it holds its maximum of connections and all are
+busy (sent before the request is read, with Retry-After). Every error body is {"error": message}.
+A 401 closes its connection; a connection idle after its last reply is closed after 15 s (2 s when
+it made no authenticated request).
 
 Sharding: a server may spread its instances over several processes (ports on one host); GET
 /info lists them in `shards` and a client sends each instance's requests to its shard. A server
@@ -146,8 +149,8 @@ of one process may omit `shards`.
 
 _ERRORS = {"400": "malformed request: nothing was done", "401": "no or wrong token", "404": "no such route",
            "405": "wrong method", "408": "request head or body not received in time", "411": "no Content-Length",
-           "413": "body over the server's limit", "500": "server fault",
-           "503": "the server closed while the request ran"}
+           "413": "body over the server's limit", "431": "request head over 64 KiB", "500": "server fault",
+           "503": "the server closed while the request ran, or holds its maximum of connections"}
 _TOKEN = "bearerToken"
 
 

@@ -1,24 +1,41 @@
 """The env server's shared token: where it comes from, what a valid one is, which addresses need one.
 
 A server that listens beyond the loopback interface refuses every request but ``GET /health``
-without the header ``Authorization: Bearer <token>``; it will not even start on such an address
-without a token unless told to (``allow_no_token``). The token reaches a server and its clients
-through the environment variable ``AGENTRL_ENV_TOKEN`` or a file (``--token-file``,
-``env.server_token_file``), never through a command line, which other users of the machine can
-read. The shard processes of a server get it through their environment.
+without the header ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235); it will not
+even start on such an address without a token unless told to (``allow_no_token``). The token reaches
+a server and its clients through a file (``--token-file``, ``env.server_token_file``) or the
+environment variable ``AGENTRL_ENV_TOKEN``, never through a command line, which other users of the
+machine can read.
+
+* A token file must be private, as ssh requires of its keys: one that group or others may read or
+  write is refused with the ``chmod 600`` that fixes it. Make one with ``MAKE_TOKEN`` (a private umask,
+  so it is never readable by others, not even for a moment).
+* A token read from a file is kept in this process (:func:`load_token_file`, :func:`default_token`),
+  not exported: child processes (vLLM's, agent processes, an environment's own) do not inherit it.
+  The shard processes of a server get it through a pipe.
+* A client about to send it over plain HTTP to another machine warns once per server
+  (:func:`warn_plain_http`): anyone on the path can read it; use TLS or a TLS-terminating proxy.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import socket
+import stat
+import threading
 from pathlib import Path
 
 TOKEN_ENV = "AGENTRL_ENV_TOKEN"
 MIN_TOKEN_LENGTH = 16
-MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+MAKE_TOKEN = "(umask 077; python -c 'import secrets; print(secrets.token_urlsafe(32))' > FILE)"
+
+LOG = logging.getLogger("agentrl.envs.server")
+_PROCESS_TOKEN: str | None = None           # the token of env.server_token_file, read in this process
+_WARNED: set[tuple[str, int]] = set()
+_WARNED_LOCK = threading.Lock()
 
 
 def check_token(token: str, where: str) -> str:
@@ -33,25 +50,52 @@ def check_token(token: str, where: str) -> str:
 
 
 def read_token_file(path: str | os.PathLike) -> str:
-    """The token held in file ``path`` (surrounding whitespace and the final newline dropped)."""
+    """The token held in file ``path`` (surrounding whitespace and the final newline dropped); a file
+    that group or others may read or write is refused (POSIX), as ssh refuses such keys."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            text = f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"cannot read the token file {path}: {err}") from None
+    if os.name == "posix" and mode & 0o077:
+        raise ValueError(f"the token file {path} is open to other users (mode {stat.S_IMODE(mode):04o}): anyone "
+                         f"who can read it can drive the environments; run: chmod 600 {path}")
     return check_token(text.strip(), f"the file {path}")
 
 
-def export_token_file(path: str | os.PathLike | None) -> None:
-    """Put the token of file ``path`` (``env.server_token_file``) in ``$AGENTRL_ENV_TOKEN`` of this
-    process, where every HTTP transport it opens takes it from; nothing when ``path`` is None."""
+def load_token_file(path: str | os.PathLike | None) -> None:
+    """Read the token of file ``path`` (``env.server_token_file``) into this process, where every HTTP
+    transport it opens takes it from (:func:`default_token`); it is not exported to child processes.
+    Nothing when ``path`` is None."""
+    global _PROCESS_TOKEN
     if path:
-        os.environ[TOKEN_ENV] = read_token_file(path)
+        _PROCESS_TOKEN = read_token_file(path)
 
 
 def token_from_env() -> str | None:
     """``$AGENTRL_ENV_TOKEN`` checked, or None when it is unset or empty."""
     token = os.environ.get(TOKEN_ENV, "").strip()
     return check_token(token, f"${TOKEN_ENV}") if token else None
+
+
+def default_token() -> str | None:
+    """The token a client sends when given none: the one :func:`load_token_file` read, else
+    ``$AGENTRL_ENV_TOKEN``, else None."""
+    return _PROCESS_TOKEN if _PROCESS_TOKEN is not None else token_from_env()
+
+
+def warn_plain_http(host: str, port: int) -> None:
+    """Warn (once per server and process) before a token goes over plain HTTP to another machine."""
+    if is_loopback(host):
+        return
+    with _WARNED_LOCK:
+        if (host, port) in _WARNED:
+            return
+        _WARNED.add((host, port))
+    LOG.warning("sending the env server token over plain http to %s:%d: anyone on the network path can read "
+                "it; serve with --ssl-certfile/--ssl-keyfile and use https://, or put a TLS-terminating proxy in "
+                "front (docs/env-servers.md, 'Authentication and TLS')", host, port)
 
 
 def is_loopback(host: str) -> bool:
@@ -78,16 +122,18 @@ def refuse_open_bind(host: str, token: str | None, allow_no_token: bool) -> None
 
 
 class TokenCheck:
-    """Compares the ``Authorization`` header of a request with ``Bearer <token>`` in constant time."""
+    """Compares the ``Authorization`` header of a request with ``Bearer <token>`` in constant time (the
+    scheme in any case, as RFC 7235 has it)."""
 
     def __init__(self, token: str):
-        self._expected = b"Bearer " + token.encode("ascii")
+        self._expected = token.encode("ascii")
 
     def problem(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         """None when the request carries the token, else what is wrong with it (one line)."""
         for name, value in headers:
             if name == b"authorization":
-                if hmac.compare_digest(value, self._expected):
+                scheme, _, credentials = value.strip().partition(b" ")
+                if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._expected):
                     return None
                 return (f"wrong token in the Authorization header; send 'Authorization: Bearer <token>' with the "
                         f"server's token (EnvClient: ${TOKEN_ENV} or token=)")

@@ -29,7 +29,7 @@ import orjson
 import urllib3
 
 from agentrl.envs.base import TaskRef
-from agentrl.envs.server.auth import token_from_env
+from agentrl.envs.server.auth import default_token, warn_plain_http
 from agentrl.envs.server.pool import EnvPool
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -129,7 +129,9 @@ class HttpTransport:
     """Keep-alive connections to one server process through a ``urllib3`` connection pool (JSON over
     HTTP/1.1, ``TCP_NODELAY``; ``scheme="https"`` for a server with TLS, verified against the system's
     certificates or ``$SSL_CERT_FILE``). ``token``: sent as ``Authorization: Bearer <token>`` on
-    every request (default ``$AGENTRL_ENV_TOKEN``; none when that is unset).
+    every request (default: ``env.server_token_file`` as read in this process, else
+    ``$AGENTRL_ENV_TOKEN``; none when neither is set); over plain HTTP to another machine it warns
+    once (:func:`~agentrl.envs.server.auth.warn_plain_http`).
 
     The call's timeout bounds connecting and every read (and, for a call on the executor,
     :meth:`finish` the whole call; ``start(here=True)`` calls on the caller's thread). A kept
@@ -145,7 +147,9 @@ class HttpTransport:
         self.url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
         pool_class = urllib3.HTTPSConnectionPool if scheme == "https" else urllib3.HTTPConnectionPool
         self._http = pool_class(host, port, maxsize=8, block=False, retries=False)
-        token = token if token is not None else token_from_env()
+        token = token if token is not None else default_token()
+        if token and scheme == "http":
+            warn_plain_http(host, port)
         auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._get_headers = auth or None
         self._post_headers = {**_JSON_HEADERS, **auth}
@@ -250,7 +254,7 @@ class EnvClient:
     @classmethod
     def http(cls, url: str, timeout: float = DEFAULT_TIMEOUT_S, token: str | None = None) -> "EnvClient":
         """Connect to ``agentrl envs serve`` at ``url`` (``http://`` or ``https://``) and to all of its
-        shard processes; ``token``: the server's shared token (default ``$AGENTRL_ENV_TOKEN``)."""
+        shard processes; ``token``: the server's shared token (default: as :class:`HttpTransport`)."""
         parsed = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
         if parsed.scheme not in ("http", "https") or not parsed.hostname or not parsed.port:
             raise ValueError(f"expected a URL like http://127.0.0.1:8400, got {url!r}")

@@ -208,7 +208,7 @@ class ServerSet:
 
     def _healthy(self, server: _Server) -> bool:
         parsed = urllib.parse.urlsplit(server.url)
-        probe = HttpTransport(parsed.hostname, parsed.port, None, scheme=parsed.scheme)   # the token: $AGENTRL_ENV_TOKEN
+        probe = HttpTransport(parsed.hostname, parsed.port, None, scheme=parsed.scheme)   # the token: default_token()
         try:
             status, _ = probe.request("GET", "/health", None, HEALTH_TIMEOUT_S)
             return status == 200

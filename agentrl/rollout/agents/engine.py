@@ -25,7 +25,7 @@ from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
 from agentrl.errors import UsageError
 from agentrl.rollout.agents.processes import AgentProcesses, AgentRun, RemoteEnv
-from agentrl.rollout.agents.task import AgentError, AgentTask, EnvSession, load_agent, outcome_of
+from agentrl.rollout.agents.task import AgentError, AgentTask, EnvSession, close_sessions, load_agent, outcome_of
 from agentrl.gateway.episodes import GatewayEpisode
 from agentrl.gateway.server import Gateway
 from agentrl.rollout.backends.base import SamplingParams
@@ -63,6 +63,7 @@ class AgentEngine(RolloutEngine):
     def _run_wave(self, envs: list[tuple[TaskRef, int, int]], sampling: SamplingParams, seed: int,
                   wave: int) -> RolloutResult:
         start, tally = time.perf_counter(), Tally()
+        cuts = (self.gateway.truncated_prompts, self.gateway.dropped_system_messages)
         self.gateway.sampling = sampling
         self.gateway.batcher.next_seed = step_seed(sampling.seed, wave, 0)
         slots = [(task, group_id, traj_id, iid) for (task, group_id, traj_id), iid in zip(envs, self.instance_ids)]
@@ -74,6 +75,7 @@ class AgentEngine(RolloutEngine):
             thread.join(max(0.0, deadline - time.monotonic()))
         records, results = [], []
         closed_episodes = [self.gateway.close_episode(episode.key) for _, episode, _, _ in runs]   # late calls: 401
+        close_sessions(env for _, _, _, env in runs)      # and task.env refuses them (a timed-out agent's too)
         error, self.gateway.batcher.error = self.gateway.batcher.error, None
         if error is not None:        # the engine failed, not the agents: the rollout fails
             raise RuntimeError(f"the generation engine failed during the agents' wave: {type(error).__name__}: "
@@ -106,6 +108,8 @@ class AgentEngine(RolloutEngine):
                                          else None))
             tally.add("generated_tokens", sum(len(s.response_ids) for s in closed.steps))
             tally.add("env_steps", len(rows))
+        tally.add("truncated_prompts", self.gateway.truncated_prompts - cuts[0])    # prompts the gateway cut
+        tally.add("dropped_system_messages", self.gateway.dropped_system_messages - cuts[1])
         batch = StepBatch.from_records(records, pad_id=self.pad_id) if records else None
         stats = {**tally.drain(), "episodes": len(envs), "rollout_s": time.perf_counter() - start}
         return RolloutResult(batch, sorted(results, key=lambda r: r.traj_id), stats)
@@ -138,6 +142,14 @@ class AgentEngine(RolloutEngine):
         thread = threading.Thread(target=play, name=f"agent-{traj_id}", daemon=True)
         thread.start()
         return thread, episode, box, env
+
+    def failure_advice(self) -> tuple[str, str]:
+        """Episodes fail here because the agent raised, timed out or returned no reward (its error is in
+        the line), more rarely because its environment failed under it."""
+        name = getattr(self.rollout_cfg, "agent", None) or getattr(self.agent, "__name__", "the agent")
+        return (f"the agent (rollout.agent={name}) failed: fix it (run it on one task), raise "
+                "rollout.agent_timeout_s if it ran out of time, or raise rollout.max_env_failures",
+                "the agent is fixed")
 
     def loop_settings(self) -> dict[str, Any]:
         """agentrl's own loop's prompt and reward settings, for an agent that mirrors it

@@ -26,8 +26,9 @@ import importlib
 import inspect
 import math
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from agentrl.envs.base import TaskRef
 from agentrl.errors import UsageError
@@ -49,7 +50,9 @@ class EnvSession:
     It keeps what the engine reports about the episode: the last observation and info (the task score,
     the transcript's last observation) and each action with the number of model calls made before it
     (``calls``: the episode's call count, read at each step), which places it after its call in the
-    transcript."""
+    transcript. Once the episode is over (:func:`close_sessions`: it ended, or its agent timed out) every
+    call is refused with :class:`EnvSessionError`, so an agent that wakes up late never reaches the
+    instance, which another episode may be using by then."""
 
     def __init__(self, client: Any, instance_id: int, task: TaskRef, timeout: float | None = None,
                  calls: Callable[[], int] | None = None):
@@ -58,21 +61,48 @@ class EnvSession:
         self.last_obs: str | None = None
         self.last_info: dict[str, Any] = {}
         self.actions: list[tuple[int, str]] = []       # (model calls made before it, action)
+        self.closed = False
+        self._calling = threading.Lock()                # held while a call runs (one at a time)
+
+    def _open(self) -> None:
+        if self.closed:
+            raise EnvSessionError("this episode is over (it ended, or its agent ran past rollout.agent_timeout_s): "
+                                  "task.env takes no more calls")
 
     def reset(self) -> tuple[str, dict[str, Any]]:
-        result = self.client.reset([(self.instance_id, self.task)], timeout=self.timeout, on_shard_error="report")[0]
+        with self._calling:
+            self._open()
+            result = self.client.reset([(self.instance_id, self.task)], timeout=self.timeout,
+                                       on_shard_error="report")[0]
         if not result.ok:
             raise EnvSessionError(f"env reset failed: {result.error}")
         self.last_obs, self.last_info, self.actions = result.obs, result.info or {}, []
         return result.obs, result.info
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        self.actions.append((self.calls() if self.calls else 0, action))
-        result = self.client.step([(self.instance_id, action)], timeout=self.timeout, on_shard_error="report")[0]
+        with self._calling:
+            self._open()
+            self.actions.append((self.calls() if self.calls else 0, action))
+            result = self.client.step([(self.instance_id, action)], timeout=self.timeout, on_shard_error="report")[0]
         if not result.ok:
             raise EnvSessionError(f"env step failed: {result.error}")
         self.last_obs, self.last_info = result.obs, result.info or {}
         return result.obs, float(result.reward), bool(result.terminated or result.truncated), result.info
+
+
+CLOSE_WAIT_S = 60.0     # how long closing waits for a call still running when the session has no timeout
+
+
+def close_sessions(sessions: Iterable[EnvSession | None]) -> None:
+    """End the episodes of ``sessions``: every later call is refused; a call still running is waited for
+    (at most its timeout), so none reaches an instance after this returns."""
+    sessions = [s for s in sessions if s is not None]
+    for session in sessions:
+        session.closed = True
+    deadline = time.monotonic() + max([(s.timeout or CLOSE_WAIT_S) + 1.0 for s in sessions], default=0.0)
+    for session in sessions:
+        if session._calling.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            session._calling.release()
 
 
 @dataclass
@@ -131,6 +161,9 @@ def load_agent(spec: str) -> Callable[[AgentTask], Any]:
     except ImportError as err:
         raise UsageError(f"rollout.agent={spec!r}: cannot import {module_name} ({err}); put it on PYTHONPATH or "
                          "install its package") from err
+    except Exception as err:  # noqa: BLE001 - any error while importing the agent's module is the user's to fix
+        raise UsageError(f"rollout.agent={spec!r}: importing {module_name} raised {type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''}; fix that module") from err
     target = getattr(module, attribute, None)
     if target is None:
         raise UsageError(f"rollout.agent={spec!r}: {module_name} has no {attribute}")
@@ -170,4 +203,5 @@ def outcome_of(value: Any, calls: int) -> AgentOutcome:
                         float(score) if score is not None else None)
 
 
-__all__ = ["AgentError", "AgentOutcome", "AgentTask", "EnvSession", "EnvSessionError", "load_agent", "outcome_of"]
+__all__ = ["AgentError", "AgentOutcome", "AgentTask", "EnvSession", "EnvSessionError", "close_sessions", "load_agent",
+           "outcome_of"]
