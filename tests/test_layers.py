@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 # lowest first; a module may import its own layer and the ones below
 LAYERS = [
     {"__init__", "errors", "plugins", "data"},
-    {"envs", "models", "estimators", "runtime", "weights", "warmstart.options"},
+    {"envs", "models", "estimators", "runtime", "weights", "generation", "warmstart.options"},
     {"config", "rollout", "runs", "placement", "gateway", "agents"},
     {"learner", "warmstart"},
     {"training", "evaluation", "bench", "checklist"},

@@ -39,7 +39,7 @@ from starlette.routing import Route
 from agentrl.gateway.conversation import ConversationRenderer, SampledReply
 from agentrl.gateway.episodes import Batcher, EngineError, EpisodeRegistry, GatewayEpisode, GatewayStep, anchor_of
 from agentrl.gateway.tools import calls_key, parse_tool_calls
-from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+from agentrl.generation.base import GenerationBackend, SamplingParams
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 4

@@ -25,7 +25,7 @@ import torch
 from agentrl.runtime.denormals import denormals_flushed, flush_denormals
 from agentrl.runtime.actor_slots import ActorSlot, actor_options, slot_at
 from agentrl.envs.base import TaskRef
-from agentrl.rollout.backends.base import SamplingParams
+from agentrl.generation import SamplingParams, make_backend
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, make_sampling_params
 from agentrl.rollout.worker_calls import (STREAM_GROUP, WEIGHTS_GROUP, PendingRollout, RolloutHangError,
                                           check_progress)
@@ -76,14 +76,13 @@ class RolloutWorker:
     """
 
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, env_source: Any, instance_ids: Sequence[int], *,
-                 backend: str = "torch", device: str = "cpu", dtype: str = "float32", seed: int = 0,
+                 backend: str | None = None, device: str = "cpu", dtype: str = "float32", seed: int = 0,
                  torch_threads: int | None = None, num_workers: int = 1, stop_strings: Sequence[str] = (),
                  hidden_layer: int | None = None, spare_instance_ids: Sequence[int] = ()):
         from agentrl.envs.server import EnvClient
         from agentrl.envs.server.auth import export_token_file
         from agentrl.envs.server.servers import connect_env_servers
         from agentrl.models import load_tokenizer, resolve_dtype
-        from agentrl.rollout.backends import make_backend
 
         flush_denormals()    # before torch starts this process's threads
         if torch_threads:
@@ -93,9 +92,10 @@ class RolloutWorker:
         self.tokenizer = load_tokenizer(model_dir)
         self.device = device
         self.broadcast = None       # WeightBroadcast, when rollout.weight_sync=broadcast
-        self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
+        self.backend = make_backend(backend or rollout_cfg.backend, model_dir, rollout_cfg, device=device,
+                                    dtype=resolve_dtype(dtype, device),
                                     max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
-                                    seed=seed, vllm_cfg=rollout_cfg.vllm)
+                                    seed=seed)
         # the estimator's RowInputs.hidden_layer: the prefill records each prompt's hidden state (a
         # backend that cannot, vLLM, leaves it to the learner's pass)
         if hidden_layer is not None:

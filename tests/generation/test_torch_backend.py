@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentrl.generation import SamplingParams, TorchBackend
+from agentrl.generation.sampling import draw_from, filter_logits
+from agentrl.generation.torch_engine import _PreallocatedLayer, length_chunks, shared_prefixes
 from agentrl.models import build_tiny_model, load_model, stop_token_ids
-from agentrl.rollout.backends import SamplingParams, TorchBackend
-from agentrl.rollout.backends.torch_engine import (_PreallocatedLayer, draw_from, filter_logits, length_chunks,
-                                                   shared_prefixes)
 from rollout_helpers import TINY
 
 TEXTS = ["Crafting commands:\ncraft 4 oak planks using 1 oak logs\n\nGoal: craft stick.",

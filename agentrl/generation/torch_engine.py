@@ -29,14 +29,15 @@ by inverse-CDF with one uniform number per row from a ``torch.Generator`` seeded
 same distribution as ``torch.multinomial``, ~15x cheaper on CPU, but not the same stream: the
 tokens sampled for a given seed changed when it replaced ``multinomial``.) Log-probs come from the
 same logits the sampler used: ``log_softmax(logits / T)`` of the sampled token, before top-k/top-p
-filtering (verl's convention; see :mod:`agentrl.rollout.backends.base`).
+filtering (verl's convention; see :mod:`agentrl.generation.base`); the sampler is
+:mod:`agentrl.generation.sampling`.
 
 Hidden states (:meth:`TorchBackend.record_hidden`, on when the estimator asks for them through
 ``RowInputs.hidden_layer``): a forward
 hook on the configured layer keeps ``[rows, d]`` at each row's last prompt token during the
 prefill's last forward for that row (the one that reads its logits), so ``Generation.hidden``
 costs no extra pass; it matches the learner's log-prob pass on the same weights up to float
-rounding (tests/rollout/test_torch_backend.py).
+rounding (tests/generation/test_torch_backend.py).
 """
 
 from __future__ import annotations
@@ -49,23 +50,12 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from agentrl.generation.base import GB, EngineMemory, Generation, GenerationBackend, MemoryInputs, SamplingParams
+from agentrl.generation.registry import register_backend
+from agentrl.generation.sampling import sample_tokens
 from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
-from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
 
-
-def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (set to -inf) the logits outside the top-k and the top-p nucleus, row by row."""
-    if top_k > 0 and top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        before = torch.cumsum(probs, dim=-1) - probs          # mass of the tokens ranked above
-        drop_sorted = before >= top_p                          # always keeps the most likely token
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        scaled = scaled.masked_fill(drop, float("-inf"))
-    return scaled
+EXTRA_MEMORY = 0.25     # its KV cache and activations on a GPU, as a share of its weights (an assumption)
 
 
 def shared_prefixes(prompts: Sequence[Sequence[int]], min_shared: int) -> tuple[list[list[int]], list[int]]:
@@ -101,33 +91,6 @@ def shared_prefixes(prompts: Sequence[Sequence[int]], min_shared: int) -> tuple[
         for i in rows:
             source[i] = c
     return prefixes, source
-
-
-def draw_from(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``probs`` ``[B, V]`` (non-negative, rows need not sum to 1), by inverse
-    CDF: the first token whose cumulative mass exceeds ``u * total`` with ``u ~ U[0, 1)`` drawn from
-    ``generator``. A token of zero probability is never drawn."""
-    cdf = probs.cumsum(-1)
-    total = cdf[:, -1:]
-    u = torch.rand(total.shape, generator=generator, device=probs.device, dtype=cdf.dtype)
-    # strictly below the total, so some token's cumulative mass exceeds it even after rounding
-    target = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
-
-
-def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sampled token ids ``[B]`` and their log-probs ``[B]`` from next-token logits ``[B, V]``."""
-    logits = logits.float()
-    if sampling.greedy:
-        logprobs = torch.log_softmax(logits, dim=-1)
-        tokens = torch.argmax(logits, dim=-1)
-    else:
-        scaled = logits / sampling.temperature
-        logprobs = torch.log_softmax(scaled, dim=-1)
-        filtered = filter_logits(scaled, sampling.top_k, sampling.top_p)
-        tokens = draw_from(torch.softmax(filtered, dim=-1), generator)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 class _PreallocatedLayer(DynamicLayer):
@@ -187,6 +150,7 @@ def length_chunks(order: Sequence[int], lengths: Sequence[int], budget: int) -> 
     return chunks
 
 
+@register_backend
 class TorchBackend(GenerationBackend):
     """Batched KV-cache generation with a Hugging Face causal LM, on CPU or one GPU.
 
@@ -198,6 +162,7 @@ class TorchBackend(GenerationBackend):
     """
 
     name = "torch"
+    title = "torch"
     loads_weights_between_tokens = True
 
     def __init__(self, model: torch.nn.Module, tokenizer=None, *, share_prefixes: bool = True,
@@ -221,6 +186,23 @@ class TorchBackend(GenerationBackend):
 
         model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
         return cls(model, load_tokenizer(model_dir), share_prefixes=share_prefixes)
+
+    # ----- declarations --------------------------------------------------------------------------
+    @classmethod
+    def build(cls, model_dir, settings, *, device, dtype, max_model_len, seed) -> "TorchBackend":
+        return cls.from_pretrained(model_dir, device=device, dtype=dtype)
+
+    @classmethod
+    def auto_preference(cls, device: str) -> int:
+        return 1            # everywhere, below a back end that prefers the device
+
+    @classmethod
+    def memory(cls, settings, inputs: MemoryInputs) -> EngineMemory:
+        """The whole model on its one GPU plus :data:`EXTRA_MEMORY` of it; it never sleeps."""
+        weights = inputs.weight_bytes / GB
+        budget = weights * (1 + EXTRA_MEMORY)
+        return EngineMemory(budget=budget, weights=weights, asleep=budget, backend=cls.name, engine="torch engine",
+                            text=f"torch backend: weights {weights:.1f} + KV cache and activations {budget - weights:.1f}")
 
     # ----- weights -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -444,4 +426,4 @@ class TorchBackend(GenerationBackend):
         return dict(self._counters)
 
 
-__all__ = ["TorchBackend", "draw_from", "filter_logits", "length_chunks", "sample_tokens", "shared_prefixes"]
+__all__ = ["TorchBackend", "length_chunks", "shared_prefixes"]
