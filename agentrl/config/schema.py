@@ -107,9 +107,9 @@ class EnvConfig:
 def _backend_help() -> str:
     from agentrl.generation import auto_backend, builtin_backends
 
-    return (f"generation back end: auto = {auto_backend('cuda', installed_only=False).name} on GPU, "
-            f"{auto_backend('cpu', installed_only=False).name} on CPU (the installed back end that prefers the "
-            f"device), {', '.join(builtin_backends())}, or a class of one's own by import path "
+    return (f"generation back end: auto (the installed back end that prefers the device: "
+            f"{auto_backend('cuda', installed_only=False).name} on GPU, {auto_backend('cpu', installed_only=False).name} "
+            f"on CPU), {', '.join(builtin_backends())}, or a class of one's own by import path "
             "package.module:ClassName (docs/rollout.md, 'Add a back end')")
 
 

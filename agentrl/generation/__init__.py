@@ -15,13 +15,13 @@ memory estimate, weight paths: :class:`GenerationBackend`); nothing outside this
 
 from __future__ import annotations
 
-from agentrl.generation.base import (EngineMemory, Generation, GenerationBackend, MemoryInputs, SamplingParams,
-                                     setting)
+from agentrl.generation.base import (GB, EngineMemory, Generation, GenerationBackend, MemoryInputs,
+                                     SamplingParams, setting)
 from agentrl.generation.registry import (AUTO, BACKENDS, auto_backend, backend_settings, builtin_backends,
                                          engine_gpus, make_backend, planned_backend, register_backend,
                                          resolve_backend, setting_key)
 from agentrl.generation.torch_engine import TorchBackend
 
-__all__ = ["AUTO", "BACKENDS", "EngineMemory", "Generation", "GenerationBackend", "MemoryInputs", "SamplingParams",
+__all__ = ["AUTO", "BACKENDS", "GB", "EngineMemory", "Generation", "GenerationBackend", "MemoryInputs", "SamplingParams",
            "TorchBackend", "auto_backend", "backend_settings", "builtin_backends", "engine_gpus", "make_backend",
            "planned_backend", "register_backend", "resolve_backend", "setting", "setting_key"]
