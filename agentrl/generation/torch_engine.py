@@ -14,7 +14,7 @@ How one ``generate`` call runs:
    needs a mask, which sends attention to the slower materialised-matrix kernel; one huge
    batch is also slower on CPU than chunks of ~1k tokens whose activations stay in cache.)
 2. **Decode cache.** Every row's real keys/values are copied right-aligned into one buffer per
-   layer with room for ``max_tokens`` more positions (:class:`_PreallocatedLayer`), so decoding
+   layer with room for ``max_tokens`` more positions (:mod:`agentrl.models.decode_cache`), so decoding
    writes each new position in place instead of concatenating the whole cache every token. A
    2-D attention mask hides the left padding (none is passed when all prompts have one length);
    position ids are explicit.
@@ -47,9 +47,8 @@ import time
 from typing import Mapping, Sequence
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
+from agentrl import models
 from agentrl.generation.base import GB, EngineMemory, Generation, GenerationBackend, MemoryInputs, SamplingParams
 from agentrl.generation.registry import register_backend
 from agentrl.generation.sampling import sample_tokens
@@ -91,43 +90,6 @@ def shared_prefixes(prompts: Sequence[Sequence[int]], min_shared: int) -> tuple[
         for i in rows:
             source[i] = c
     return prefixes, source
-
-
-class _PreallocatedLayer(DynamicLayer):
-    """One layer's KV cache in a buffer with spare positions: ``update`` writes in place.
-
-    ``keys``/``values`` are views of the filled part (what attention reads). A buffer that runs
-    out of room grows by doubling (not expected: the engine sizes it for the whole response)."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
-        super().__init__()
-        self.dtype, self.device = keys.dtype, keys.device
-        self.is_initialized = True
-        self._k, self._v, self._len = keys, values, int(length)
-        self._views()
-
-    def _views(self) -> None:
-        self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        end = self._len + key_states.shape[-2]
-        if end > self._k.shape[-2]:
-            extra = max(end, 2 * self._k.shape[-2]) - self._k.shape[-2]
-            self._k = torch.cat([self._k, self._k.new_zeros(*self._k.shape[:2], extra, self._k.shape[3])], dim=2)
-            self._v = torch.cat([self._v, self._v.new_zeros(*self._v.shape[:2], extra, self._v.shape[3])], dim=2)
-        self._k[:, :, self._len:end] = key_states
-        self._v[:, :, self._len:end] = value_states
-        self._len = end
-        self._views()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self._len
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._k = self._k.index_select(0, beam_idx.to(self._k.device))
-        self._v = self._v.index_select(0, beam_idx.to(self._v.device))
-        self._views()
 
 
 def _right_padded(rows: Sequence[Sequence[int]], device) -> torch.Tensor:
@@ -182,10 +144,8 @@ class TorchBackend(GenerationBackend):
     @classmethod
     def from_pretrained(cls, model_dir: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32,
                         attn_implementation: str = "sdpa", share_prefixes: bool = True) -> "TorchBackend":
-        from agentrl.models import load_model, load_tokenizer
-
-        model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
-        return cls(model, load_tokenizer(model_dir), share_prefixes=share_prefixes)
+        model = models.load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
+        return cls(model, models.load_tokenizer(model_dir), share_prefixes=share_prefixes)
 
     # ----- declarations --------------------------------------------------------------------------
     @classmethod
@@ -242,7 +202,7 @@ class TorchBackend(GenerationBackend):
         order = sorted(range(len(prompts)), key=lambda i: (lengths[i], i))
         states: torch.Tensor | None = None
         for chunk in length_chunks(order, lengths, self.prefill_chunk_tokens):
-            _, hidden = self._forward_right_padded([prompts[i] for i in chunk], DynamicCache())
+            _, hidden = self._forward_right_padded([prompts[i] for i in chunk], models.empty_cache())
             if states is None:
                 states = hidden.new_empty((len(prompts), hidden.shape[-1]))
             states[torch.as_tensor(chunk, device=hidden.device)] = hidden
@@ -299,7 +259,7 @@ class TorchBackend(GenerationBackend):
         blocks = []  # (rows, per-layer keys, per-layer values, logits, hidden): block row j is prompt rows[j]
         alone = sorted((rows[0] for rows in members.values() if len(rows) == 1), key=lambda i: (lengths[i], i))
         for chunk in length_chunks(alone, lengths, self.prefill_chunk_tokens):
-            cache = DynamicCache()
+            cache = models.empty_cache()
             logits, hidden = self._forward_right_padded([prompts[i] for i in chunk], cache)
             blocks.append((chunk, [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
                            logits, hidden))
@@ -307,7 +267,7 @@ class TorchBackend(GenerationBackend):
         for c, rows in members.items():
             if len(rows) == 1:
                 continue
-            cache = DynamicCache()
+            cache = models.empty_cache()
             prefix = prefixes[c]
             if prefix:
                 self._forward(torch.as_tensor([prefix], dtype=torch.long, device=self.device), None, None, cache)
@@ -340,8 +300,7 @@ class TorchBackend(GenerationBackend):
                 for layer in range(num_layers):
                     keys[layer][dst, :, width - length:width] = block_keys[layer][src, :, :length]
                     values[layer][dst, :, width - length:width] = block_values[layer][src, :, :length]
-        cache = DynamicCache()
-        cache.layers = [_PreallocatedLayer(k, v, width) for k, v in zip(keys, values)]
+        cache = models.preallocated_cache(keys, values, width)
         mask = None
         if min(lengths) < width:
             mask = torch.zeros((n, width), dtype=torch.long, device=self.device)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -173,6 +175,16 @@ def test_no_shared_module_names_a_back_end():
         if unit not in NAMING_ALLOWED:
             naming += [f"{path.relative_to(PACKAGE.parent)} {where}" for where in namings(path.read_text())]
     assert not naming, "ask the back end instead of naming it:\n" + "\n".join(naming)
+
+
+def test_reading_the_declarations_loads_neither_transformers_nor_vllm():
+    """The config and `agentrl plan` read every built-in back end's declarations; the engines' heavy
+    packages load only when one is built (vLLM's lazily, the torch engine's caches through agentrl.models)."""
+    code = ("import sys; from agentrl.config import load_config; from agentrl.placement import plan_placement; "
+            "plan_placement(load_config('alfworld_bipace_qwen7b'), 1, 8); "
+            "print(sorted(m for m in ('transformers', 'vllm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
 
 
 def test_the_registry_lists_the_built_in_names_for_the_config():
