@@ -129,10 +129,11 @@ def setting_key(cls: type[GenerationBackend], field: str | None) -> str | None:
 
 def engine_gpus(rollout_cfg: Any, device: str) -> int:
     """GPUs each rollout engine of ``rollout_cfg`` takes on ``device`` (0 off a GPU): a rollout worker's Ray
-    request."""
+    request, as the placement plan reserves them (``auto`` is resolved where the worker runs, which may
+    have packages the driver lacks)."""
     if not device.startswith("cuda"):
         return 0
-    cls = resolve_backend(getattr(rollout_cfg, "backend", AUTO), device)
+    cls = planned_backend(rollout_cfg)
     return cls.engine_gpus(backend_settings(rollout_cfg, cls))
 
 

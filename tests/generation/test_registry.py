@@ -42,10 +42,11 @@ def test_auto_picks_by_preference_among_the_installed_and_plans_as_on_a_gpu(monk
     monkeypatch.setattr(VllmBackend, "installed", classmethod(lambda cls: False))
     assert auto_backend("cuda") is TorchBackend               # a GPU machine without vLLM
     rollout = load_config(None, ["rollout.vllm.tensor_parallel_size=4"]).rollout
-    assert planned_backend(rollout) is VllmBackend            # the plan assumes the GPU default
-    assert (engine_gpus(rollout, "cuda"), engine_gpus(rollout, "cpu")) == (1, 0)
-    monkeypatch.setattr(VllmBackend, "installed", classmethod(lambda cls: True))
-    assert auto_backend("cuda") is VllmBackend and engine_gpus(rollout, "cuda") == 4
+    # the plan and the workers' Ray requests assume the GPU default (the workers' nodes may have vLLM)
+    assert planned_backend(rollout) is VllmBackend
+    assert (engine_gpus(rollout, "cuda"), engine_gpus(rollout, "cpu")) == (4, 0)
+    torch_rollout = load_config(None, ["rollout.backend=torch", "rollout.vllm.tensor_parallel_size=4"]).rollout
+    assert engine_gpus(torch_rollout, "cuda") == 1            # the torch engine runs on one GPU
 
 
 def test_the_rollout_section_is_generated_from_the_back_ends_settings():
