@@ -3,7 +3,7 @@
 # agentrl.checklist), for smoke runs of other recipes or settings. 2 training iterations on ONE GPU
 # through the rollout backend and the DeepSpeed learner, on random weights of the recipe's architecture
 # (no download); numbers in $SMOKE_OUT/checklist.json (smoke: losses, log-prob gap, tokens/s, sync
-# and sleep seconds, peak GPU memory per phase), the run's metrics in $SMOKE_OUT/runs/smoke/.
+# and sleep seconds, peak GPU memory per phase), the run's metrics and logs in $SMOKE_OUT/logs.tar.gz.
 #
 #   bash scripts/gpu_smoke.sh                                   # textcraft_grpo_qwen1.5b, vLLM, sleep as probed
 #   RECIPE=textcraft_gigpo_qwen1.5b bash scripts/gpu_smoke.sh  # another recipe
@@ -20,8 +20,8 @@
 # add env.max_steps=8 to repeat those runs).
 set -euo pipefail
 PY=${AGENTRL_PYTHON:-python3}
-STAGES=imports,probe_ipc,probe_sleep,smoke
-[ "${SMOKE_BACKEND:-vllm}" = torch ] && STAGES=imports,probe_ipc,smoke
+STAGES=imports,probe_ray,probe_ipc,probe_sleep,smoke
+[ "${SMOKE_BACKEND:-vllm}" = torch ] && STAGES=imports,probe_ray,probe_ipc,smoke
 ARGS=(--stages "$STAGES" --smoke-backend "${SMOKE_BACKEND:-vllm}" --sleep-level "${SMOKE_SLEEP_LEVEL:-auto}")
 if [ -n "${RECIPE:-}" ]; then ARGS+=(--smoke-recipe "$RECIPE"); fi
 if [ "${SMOKE_KEEP_CHECKPOINT:-0}" = 1 ]; then ARGS+=(--final-checkpoint); fi

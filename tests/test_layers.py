@@ -1,11 +1,9 @@
 """The package's layers (docs/architecture.md, "Layers"): no import, at module level or inside a
-function, runs from a lower layer up to a higher one; and no layer outside the estimators names an
-estimator (they ask the registry for its declarations).
+function, runs from a lower layer up to a higher one; no two modules import each other, directly or
+through others (a circle); and no layer outside the estimators names an estimator (they ask the
+registry for its declarations).
 
-A unit is a top-level package or module of agentrl, or a module listed by its dotted name
-(``warmstart.options``): declarations that a lower layer reads sit low while the machinery of
-their package sits high. Importing such a module runs its packages' ``__init__`` files, so those
-import nothing above its layer."""
+A unit is a top-level package or module of agentrl."""
 
 import ast
 import re
@@ -16,8 +14,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 # lowest first; a module may import its own layer and the ones below
 LAYERS = [
     {"__init__", "errors", "plugins", "data"},
-    {"envs", "models", "estimators", "runtime", "weights", "generation", "warmstart.options"},
-    {"config", "rollout", "runs", "placement", "gateway", "agents"},
+    {"envs", "models", "estimators", "runtime", "weights", "generation"},
+    {"config", "runs", "placement", "gateway"},
+    {"rollout", "agents"},
     {"learner", "warmstart"},
     {"training", "evaluation", "bench", "checklist"},
     {"cli"},
@@ -29,33 +28,36 @@ LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 INDEPENDENT = [("learner", "rollout"), ("learner", "placement"), ("rollout", "placement")]
 
 
-def listed_unit(parts: tuple[str, ...] | list[str]) -> str:
-    """The most specific listed unit holding the module ``agentrl.<parts>`` (``warmstart.options``
-    before ``warmstart``); an unlisted top-level name as it is."""
-    for end in range(len(parts), 0, -1):
-        if ".".join(parts[:end]) in LAYER_OF:
-            return ".".join(parts[:end])
-    return parts[0]
-
-
 def unit_of(path: Path) -> str:
-    return listed_unit(path.relative_to(PACKAGE).with_suffix("").parts)
+    return path.relative_to(PACKAGE).with_suffix("").parts[0]
 
 
-def imported_units(path: Path) -> set[str]:
-    units = set()
+def module_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_of(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The agentrl modules ``path`` imports (at module level or inside a function): ``from a.b import c``
+    counts ``a.b.c`` when that is a module, else ``a.b``."""
+    found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names] if node.module == "agentrl" \
-                else [node.module]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "agentrl" and len(parts) > 1:
-                units.add(listed_unit(parts[1:]))
-    return units
+            names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in MODULES else node.module
+                     for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name.split(".")[0] == "agentrl" and name != "agentrl")
+    return found
+
+
+def imported_units(path: Path) -> set[str]:
+    return {name.split(".")[1] for name in imported_modules(path)}
 
 
 def test_every_unit_has_a_layer():
@@ -73,17 +75,60 @@ def test_no_import_runs_up_the_layers():
     assert not upward, "imports from a lower layer up to a higher one:\n" + "\n".join(upward)
 
 
-def test_a_low_module_of_a_high_package_imports_it_without_running_its_machinery():
-    dotted = [unit for unit in LAYER_OF if "." in unit]
-    assert dotted, "no dotted unit listed: this test checks nothing"
-    upward = []
-    for unit in dotted:
-        parts = unit.split(".")
-        for end in range(1, len(parts)):
-            init = PACKAGE.joinpath(*parts[:end], "__init__.py")
-            above = sorted(t for t in imported_units(init) if LAYER_OF.get(t, 0) > LAYER_OF[unit])
-            upward += [f"{init.relative_to(PACKAGE.parent)} imports agentrl.{t}, above {unit}" for t in above]
-    assert not upward, "importing a low module would run imports of higher layers:\n" + "\n".join(upward)
+def import_graph() -> dict[str, set[str]]:
+    """Every agentrl module and the agentrl modules it imports; importing ``a.b.c`` runs ``a.b``'s
+    ``__init__`` too, so that counts as an import of the package."""
+    graph = {}
+    for name, path in MODULES.items():
+        targets = set()
+        for target in imported_modules(path):
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            parts = target.split(".")
+            targets.update(".".join(parts[:end]) for end in range(2, len(parts) + 1))
+        graph[name] = {t for t in targets if t in MODULES and t != name and not name.startswith(t + ".")}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    found = circles(import_graph())
+    assert not found, "modules that import each other (a circle):\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_independent_units_do_not_import_each_other():

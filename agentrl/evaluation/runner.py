@@ -155,7 +155,7 @@ def evaluate(cfg: Config, model_dir: Path, out_dir: Path, *, split: str, seeds: 
 
 def _play(cfg: Config, model_dir: Path, work: list[tuple[int, int, list]], episodes: EpisodeLog,
           log: Callable[[str], None]) -> None:
-    from agentrl.rollout.workers import RolloutWorkerGroup
+    from agentrl.rollout.worker_group import RolloutWorkerGroup
     from agentrl.runtime.ray_start import start_ray
 
     start_ray(cfg)

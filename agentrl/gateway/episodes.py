@@ -98,6 +98,10 @@ def anchor_of(messages: Sequence[dict[str, Any]], given: Any = None) -> str:
     return ""
 
 
+class EnvCallError(RuntimeError):
+    """An episode's environment call (``GatewayEpisode.env``) failed: the gateway answers 502 ``env_error``."""
+
+
 class EngineError(RuntimeError):
     """A request's engine call failed (the backend raised): answered as a server error."""
 

@@ -37,7 +37,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from agentrl.gateway.conversation import ConversationRenderer, SampledReply
-from agentrl.gateway.episodes import Batcher, EngineError, EpisodeRegistry, GatewayEpisode, GatewayStep, anchor_of
+from agentrl.gateway.episodes import (Batcher, EngineError, EnvCallError, EpisodeRegistry, GatewayEpisode, GatewayStep,
+                                      anchor_of)
 from agentrl.gateway.tools import calls_key, parse_tool_calls
 from agentrl.generation.base import GenerationBackend, SamplingParams
 
@@ -190,8 +191,6 @@ class Gateway:
     async def _env(self, request: Request) -> Response:
         """The episode's environment for an agent in a process of its own (agent_processes.RemoteEnv):
         ``reset`` and ``step`` (``{"action": ...}``) of the instance the worker holds for the episode."""
-        from agentrl.gateway.agents import AgentError
-
         what = request.path_params["what"]
         try:
             episode = self._episode(request)
@@ -214,7 +213,7 @@ class Gateway:
                             200, media_type="application/json")
         except RequestError as err:
             return _error(err)
-        except AgentError as err:
+        except EnvCallError as err:
             return _error(RequestError(str(err), 502, "env_error", "env_error"))
 
     def _sampling(self, body: dict[str, Any], prompt_len: int, episode: GatewayEpisode) -> tuple[SamplingParams, bool]:

@@ -167,7 +167,8 @@ class GenerationBackend(abc.ABC):
     #: that turns it on (its default leaves it off)
     can_sleep: ClassVar[bool] = False
     sleep_setting: ClassVar[str | None] = None
-    #: the weight paths (``rollout.weight_sync`` names: packed, ipc, broadcast) it can receive; None: all
+    #: the weight paths it can receive (``rollout.weight_sync`` names: packed, ipc, broadcast, or a path's
+    #: import path); None: all. ``auto`` chooses among them (agentrl.weights.choose_path)
     weight_paths: ClassVar[tuple[str, ...] | None] = None
     #: whether :meth:`generate_each` samples each prompt of one call with settings of its own (vLLM);
     #: the gateway then batches requests that sample differently into one call
@@ -250,10 +251,10 @@ class GenerationBackend(abc.ABC):
         """Replace the model's weights in place (names as in the Hugging Face ``state_dict``)."""
 
     def load_weights_ipc(self, handle_sets: Sequence) -> None:
-        """Load weights that stay on the learner's GPUs (:class:`~agentrl.weights.transfer.IpcWeights`, one
+        """Load weights that stay on the learner's GPUs (:class:`~agentrl.weights.ipc.IpcWeights`, one
         set per learner GPU): the set on this process's GPU, copied device to device; the copies are done
         when this returns (the learner may reuse the memory behind the handles after)."""
-        from agentrl.weights.transfer import device_uuid, open_ipc_handles, pick_handle_set
+        from agentrl.weights import device_uuid, open_ipc_handles, pick_handle_set
 
         visible = [device_uuid(i) for i in range(torch.cuda.device_count())]
         state = open_ipc_handles(pick_handle_set(handle_sets, device_uuid(), visible))

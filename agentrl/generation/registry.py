@@ -26,7 +26,6 @@ from agentrl.plugins import PluginError, PluginRegistry
 
 AUTO = "auto"
 PARAMS_SECTION = "rollout.backend_params"      # the settings of a back end that is not built in
-WEIGHT_PATHS = ("packed", "ipc", "broadcast")   # what weight_paths may name (rollout.weight_sync)
 
 
 def check_backend_class(obj: Any, where: str) -> type[GenerationBackend]:
@@ -55,8 +54,9 @@ def check_backend_class(obj: Any, where: str) -> type[GenerationBackend]:
             if named is not None and named not in names:
                 raise PluginError(f"{where}.{attribute}={named!r} is not a field of its Settings ({', '.join(names)})")
     paths = obj.weight_paths
-    if paths is not None and (not isinstance(paths, tuple) or not set(paths) <= set(WEIGHT_PATHS)):
-        raise PluginError(f"{where}.weight_paths={paths!r}: None (every path) or a tuple of {', '.join(WEIGHT_PATHS)}")
+    if paths is not None and not (isinstance(paths, tuple) and all(isinstance(p, str) and p for p in paths)):
+        raise PluginError(f"{where}.weight_paths={paths!r}: None (every path) or a tuple of rollout.weight_sync "
+                          "names (packed, ipc, broadcast, or a path's import path)")
     return obj
 
 
@@ -146,6 +146,6 @@ def make_backend(spec: str, model_dir: str, rollout_cfg: Any = None, *, device: 
                      max_model_len=max_model_len, seed=seed)
 
 
-__all__ = ["AUTO", "BACKENDS", "PARAMS_SECTION", "WEIGHT_PATHS", "auto_backend", "backend_settings",
+__all__ = ["AUTO", "BACKENDS", "PARAMS_SECTION", "auto_backend", "backend_settings",
            "builtin_backends", "check_backend_class", "engine_gpus", "is_builtin", "make_backend", "planned_backend",
            "register_backend", "resolve_backend", "setting_key"]

@@ -31,8 +31,7 @@ from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, minibatch_plan, pack,
                                        pack_batch, rank_micro_batches, response_positions, sequence_lengths)
 from agentrl.models.loading import load_model, load_tokenizer
-from agentrl.weights import (BUCKET_BYTES, BroadcastLayout, IpcWeights, PackedWeights, WeightBroadcast,
-                                             broadcast_layout, device_uuid, ipc_handles, pack_weights)
+from agentrl.weights import device_uuid
 
 CHECKPOINT_TAG = "state"
 RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean", "rollout_is_weight", "rollout_is_capped")
@@ -176,6 +175,7 @@ class Learner:
         # CPU threads to use for the next micro-batch, asked before each one (None: leave them); the
         # trainer of an overlapped mode lends the rollout's cores to the learner while they are idle
         self.threads_now: Optional[Callable[[], int]] = None
+        self._weight_senders: dict[str, Any] = {}     # a weight path's sender per path (weights_call)
         self.init_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------------------- properties
@@ -487,17 +487,6 @@ class Learner:
         """:meth:`rollout_weights` as a CPU ``{name: tensor}`` dict on rank 0; ``{}`` on other ranks."""
         return {name: value.to("cpu", copy=True) for name, value in self.rollout_weights()}
 
-    def ipc_weights_for_rollout(self) -> IpcWeights:
-        """CUDA IPC handles of this rank's :meth:`rollout_weights` on its GPU (ZeRO <= 2: every rank holds
-        the whole model; the engine rank on the same GPU opens them): a weight that is a parameter itself
-        is shared, not copied; merged LoRA weights are fresh tensors. They stay alive until
-        :meth:`release_ipc_weights`, after the rollout workers copied them."""
-        if self.device != "cuda" or self.cfg.learner.zero_stage == 3:
-            raise RuntimeError("CUDA IPC weight sync needs the learner on GPUs with ZeRO <= 2 (ZeRO-3 "
-                               "gathers each parameter only for a moment)")
-        self._ipc_kept: list[torch.Tensor] = []
-        return ipc_handles(self.rollout_weights(every_rank=True), self._ipc_kept)
-
     def gpu_uuid(self) -> Optional[str]:
         """This rank's GPU (None on CPU)."""
         return device_uuid() if self.device == "cuda" else None
@@ -508,32 +497,22 @@ class Learner:
         if self.device == "cuda":
             torch.cuda.empty_cache()
 
-    def weight_broadcast_layout(self, bucket_bytes: int = BUCKET_BYTES) -> Optional[BroadcastLayout]:
-        """Where each rollout weight sits in the broadcast buckets (rank 0; collective under ZeRO-3)."""
-        layout = broadcast_layout(self.rollout_weights(), bucket_bytes)
-        return layout if self.ranks.is_main else None
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 (the one that sends what a weight path sends once)."""
+        return self.ranks.is_main
 
-    def join_weight_broadcast(self, host: str, port: int, world_size: int) -> None:
-        """Rank 0 joins the weight-broadcast group with the rollout workers (as its rank 0)."""
-        if self.ranks.is_main:
-            self._broadcast = WeightBroadcast(host, port, 0, world_size, self.device)
+    @property
+    def zero_stage(self) -> int:
+        return self.cfg.learner.zero_stage
 
-    def broadcast_weights(self, layout: BroadcastLayout) -> int:
-        """Send the weights to the rollout workers (every rank runs it: ZeRO-3 gathers); bytes sent."""
-        if self.ranks.is_main:
-            return self._broadcast.send(self.rollout_weights(), layout)
-        for _ in self.rollout_weights():
-            pass
-        return 0
-
-    def release_ipc_weights(self) -> None:
-        torch.cuda.synchronize()
-        self._ipc_kept = []
-
-    def packed_weights_for_rollout(self, bucket_bytes: int = BUCKET_BYTES) -> list[PackedWeights]:
-        """:meth:`rollout_weights` copied straight into flat byte buckets for the rollout workers
-        (:mod:`agentrl.weights.transfer`) on rank 0; ``[]`` on other ranks."""
-        return list(pack_weights(self.rollout_weights(), bucket_bytes))
+    def weights_call(self, sender: type, method: str, *args: Any) -> Any:
+        """``method`` of this rank's sender of a weight path (:mod:`agentrl.weights`; ``sender``: the
+        path's ``Sender`` class, built over this learner once and kept: it may hold a process group)."""
+        key = f"{sender.__module__}:{sender.__qualname__}"
+        if key not in self._weight_senders:
+            self._weight_senders[key] = sender(self)
+        return getattr(self._weight_senders[key], method)(*args)
 
     def export_hf(self, directory: str) -> Optional[Path]:
         """Write a Hugging Face model directory (config, weights, tokenizer) on rank 0, atomically."""

@@ -10,8 +10,8 @@ methods either way:
   are put back together in the original order;
 * ``update(batch)``: the batch goes once into the object store and every rank reads it; each rank
   trains on its slice of every mini-batch; metrics are already reduced over ranks;
-* ``packed_weights_for_rollout()``, ``state_dict_for_rollout()``, ``export_hf(dir)``: collective;
-  rank 0's result is returned;
+* ``weights_call(sender, method, ...)``: a weight path's sender on every rank (:mod:`agentrl.weights`);
+  ``state_dict_for_rollout()``, ``export_hf(dir)``: collective; rank 0's result is returned;
 * ``save_checkpoint(dir)`` / ``load_checkpoint(dir)``: collective.
 
 Every call to the ranks waits with a bound on a rank that never returns (``learner.collective_timeout_s``,
@@ -38,7 +38,6 @@ from agentrl.learner.rank_calls import LearnerHangError, RankPlace, wait_for_ran
 from agentrl.runs.shared_directory import check_shared_directory, view_of_directory
 from agentrl.runtime.actor_slots import ActorSlot, actor_options, slot_at
 from agentrl.runtime.ray_start import custom_resources, init_local_ray
-from agentrl.weights import PackedWeights
 
 FILLED_COLUMNS = ("old_logprobs", "ref_logprobs", "hidden")
 SHUTDOWN_TIMEOUT_S = 60.0
@@ -180,12 +179,6 @@ class LearnerGroup:
             return self.local.state_dict_for_rollout()
         return self._all("state_dict_for_rollout")[0]
 
-    def ipc_weights_for_rollout(self) -> list:
-        """CUDA IPC handles of the weights, one set per rank on its GPU (``Learner.ipc_weights_for_rollout``)."""
-        if self.local is not None:
-            return [self.local.ipc_weights_for_rollout()]
-        return self._all("ipc_weights_for_rollout")
-
     def gpu_uuids(self) -> list[str]:
         """Each rank's GPU, in rank order (empty on CPU)."""
         uuids = [self.local.gpu_uuid()] if self.local is not None else self._all("gpu_uuid")
@@ -198,47 +191,12 @@ class LearnerGroup:
         else:
             self._all("free_cached_memory")
 
-    def weight_broadcast_address(self, world_size: int) -> tuple[str, int]:
-        """Where rank 0 serves the weight-broadcast group of ``world_size`` members: its node's
-        address and the port of the group's store, bound now in rank 0's process."""
+    def weights_call(self, sender: type, method: str, *args: Any) -> list[Any]:
+        """``method`` of a weight path's sender on every rank (:meth:`Learner.weights_call`); the results
+        in rank order (rank 0's first)."""
         if self.local is not None:
-            import ray
-
-            host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
-            return host, reserve_store(world_size)
-        import ray
-
-        return ray.get(self.actors[0].serve_store.remote(world_size))
-
-    def weight_broadcast_layout(self):
-        if self.local is not None:
-            return self.local.weight_broadcast_layout()
-        return self._all("weight_broadcast_layout")[0]
-
-    def join_weight_broadcast(self, host: str, port: int, world_size: int) -> None:
-        """Rank 0 joins (blocks until every rollout worker has joined too)."""
-        if self.local is not None:
-            return self.local.join_weight_broadcast(host, port, world_size)
-        import ray
-
-        ray.get(self.actors[0].call.remote("join_weight_broadcast", host, port, world_size))
-
-    def broadcast_weights(self, layout) -> int:
-        if self.local is not None:
-            return self.local.broadcast_weights(layout)
-        return self._all("broadcast_weights", layout)[0]
-
-    def release_ipc_weights(self) -> None:
-        if self.local is not None:
-            self.local.release_ipc_weights()
-        else:
-            self._all("release_ipc_weights")
-
-    def packed_weights_for_rollout(self) -> list[PackedWeights]:
-        """Rank 0's weights in flat byte buckets (NumPy: they come back from a rank without a copy)."""
-        if self.local is not None:
-            return self.local.packed_weights_for_rollout()
-        return self._all("packed_weights_for_rollout")[0]
+            return [self.local.weights_call(sender, method, *args)]
+        return self._all("weights_call", sender, method, *args)
 
     def save_checkpoint(self, directory: str) -> None:
         if self.local is not None:

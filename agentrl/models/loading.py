@@ -33,13 +33,32 @@ def is_model_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / "config.json").is_file()
 
 
+# the files a Hugging Face tokenizer is read from (fast, byte-level BPE, WordPiece, SentencePiece)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
+                   "spiece.model")
+
+
+def has_tokenizer_files(path: str | os.PathLike) -> bool:
+    return any((Path(path) / name).is_file() for name in TOKENIZER_FILES)
+
+
 def load_tokenizer(name_or_path: str | os.PathLike):
-    """A tokenizer from a directory or hub name, with a clear error when it cannot be found."""
+    """A tokenizer from a directory or hub name, with a clear error when it cannot be found.
+
+    A local folder without tokenizer files has no tokenizer, whatever ``transformers`` makes of it:
+    since transformers 5, ``AutoTokenizer`` builds an empty tokenizer of the config's model type (one
+    token, every text encoded as nothing) instead of raising, so such a folder is refused here."""
+    fix = "Pass a directory that holds tokenizer files (tokenizer.name_or_path=...) or a model you have downloaded."
+    if Path(str(name_or_path)).is_dir() and not has_tokenizer_files(name_or_path):
+        raise UsageError(f"cannot load a tokenizer from {str(name_or_path)!r}: the folder has no tokenizer files "
+                         f"({', '.join(TOKENIZER_FILES)}). {fix}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
     except (OSError, ValueError) as err:
-        raise UsageError(f"cannot load a tokenizer from {str(name_or_path)!r}: {err}. Pass a directory that "
-                         "holds tokenizer files (tokenizer.name_or_path=...) or a model you have downloaded.") from None
+        raise UsageError(f"cannot load a tokenizer from {str(name_or_path)!r}: {err}. {fix}") from None
+    if len(tokenizer) < 2:
+        raise UsageError(f"cannot load a tokenizer from {str(name_or_path)!r}: what it holds has {len(tokenizer)} "
+                         f"token(s). {fix}")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -147,5 +166,5 @@ def build_random_model(name: str, min_vocab_size: int, seed: int = 0, device: st
         return AutoModelForCausalLM.from_config(config, dtype=stored_dtype(config))
 
 
-__all__ = ["TINY", "build_random_model", "is_model_dir", "load_model", "load_tokenizer", "prepare_initial_model", "resolve_dtype",
+__all__ = ["TINY", "build_random_model", "has_tokenizer_files", "is_model_dir", "load_model", "load_tokenizer", "prepare_initial_model", "resolve_dtype",
            "stored_dtype"]

@@ -1,7 +1,8 @@
 """Start (or join) the Ray cluster a run's actors live in, and survive a slow start.
 
 ``start_ray(cfg)`` joins the cluster ``RAY_ADDRESS`` names, or starts a local one with a CPU slot
-for every actor the run creates (rollout workers, env servers, learner ranks beyond the first).
+for every actor the run creates (rollout workers, env servers, learner ranks beyond the first) and,
+where CUDA is present, the GPUs this process sees, both given explicitly (:func:`init_local_ray`).
 
 Ray waits a fixed 30 s for a new local node's raylet to register with its GCS and then raises
 ``Exception("The current node timed out during startup ...")``. On a loaded machine (several runs
@@ -129,15 +130,28 @@ def _kill_new_children(before: set[int]) -> int:
     return len(stray)
 
 
+def local_gpus() -> int:
+    """The CUDA devices this process sees (0 without CUDA): what a local Ray node is told it has."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def init_local_ray(num_cpus: int, attempts: int = RAY_START_ATTEMPTS, wait_s: float = RETRY_WAIT_S,
-                   log: Callable[[str], None] = print) -> None:
-    """``ray.init`` of a local node with ``num_cpus`` slots, retried when its startup times out."""
+                   log: Callable[[str], None] = print, num_gpus: int | None = None) -> None:
+    """``ray.init`` of a local node with ``num_cpus`` slots, retried when its startup times out.
+
+    Where CUDA is present the node is given its GPUs too (``num_gpus``, default :func:`local_gpus`):
+    Ray's own detection can fail (a sandboxed runtime without the files it reads), and a one-GPU
+    actor would then wait for a GPU the node does not offer."""
     import ray
 
+    num_gpus = local_gpus() if num_gpus is None else num_gpus
+    gpus = {"num_gpus": num_gpus} if num_gpus else {}
     for attempt in range(1, attempts + 1):
         before = _children()
         try:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **gpus)
             return
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this timeout
             if STARTUP_TIMEOUT_TEXT not in str(exc):

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Optional
 from agentrl.errors import UsageError
 from agentrl.learner.rank_calls import LearnerHangError
 from agentrl.rollout.engine import EnvFailureLimitError
-from agentrl.rollout.workers import RolloutHangError
+from agentrl.rollout.worker_calls import RolloutHangError
 
 
 def ray_failures() -> tuple[type[BaseException], ...]:

@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 from agentrl.config import Config, config_to_dict
 from agentrl.estimators import Estimator, estimator_from_config
-from agentrl.generation import engine_gpus
+from agentrl.generation import engine_gpus, planned_backend
 from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.runs.directory import CheckpointNotWritten, RunDirectory, TrainerState
 from agentrl.runs.task_schedule import TaskSchedule
@@ -103,7 +103,7 @@ class Trainer:
         """Learner, rollout workers (with their env servers), weight sync and rollout source."""
         from agentrl.learner.group import LearnerGroup
         from agentrl.rollout.sources import rollout_source
-        from agentrl.rollout.workers import RolloutWorkerGroup
+        from agentrl.rollout.worker_group import RolloutWorkerGroup
         from agentrl.runtime.ray_start import start_ray
         from agentrl.training.cpu_cores import core_policy, prepare_local_learner, rollout_thread_shares
         from agentrl.training.modes import check_mode_layout, warn_if_uncorrected
@@ -127,7 +127,8 @@ class Trainer:
             worker_resources=cfg.placement.rollout, env_resources=cfg.placement.env,
             worker_slots=slots.rollout_slots if slots else None, env_slots=slots.env_slots if slots else None)
         self.weights = weight_sync_for(cfg, self.learner, self.rollout, device,
-                                       colocated=slots is not None and slots.colocated)
+                                       colocated=slots is not None and slots.colocated,
+                                       backend_paths=planned_backend(cfg.rollout).weight_paths)
         self.tracker.status(f"weight sync: {self.weights.name} (rollout.weight_sync={cfg.rollout.weight_sync})")
         check_mode_layout(cfg, self.weights)
         warn_if_uncorrected(cfg)

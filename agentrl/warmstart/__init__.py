@@ -13,12 +13,12 @@ The steps, in order, each in its module:
 * :mod:`~agentrl.warmstart.cache`: finished warm starts reused across runs (``trainer.sft.cache_dir``);
 * :mod:`~agentrl.warmstart.process_pool`: the spawned worker processes that play the demonstrations
   and the DAgger episodes;
-* :mod:`~agentrl.warmstart.options`: the settings of the techniques added to plain SFT (DAgger,
-  recovery variants, class balance), from which the config generates ``trainer.sft.<technique>``.
+
+The settings of the techniques added to plain SFT (DAgger, recovery variants, class balance) are
+declared in :mod:`agentrl.config.sft_options`, from which the config generates
+``trainer.sft.<technique>``.
 
 This package sits above :mod:`agentrl.rollout`, :mod:`agentrl.envs` and :mod:`agentrl.models` (it
 uses their prompts, environments and models); none of those, nor :mod:`agentrl.data`,
 :mod:`agentrl.learner` or :mod:`agentrl.estimators`, imports it. The trainer and the CLI do.
-:mod:`~agentrl.warmstart.options` is the exception: the config imports it, so it sits below the
-config and this file imports nothing (importing that module runs it).
 """

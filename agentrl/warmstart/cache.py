@@ -44,7 +44,7 @@ FLAT_NAMES = {"dagger.tasks": "dagger_tasks", "dagger.rounds": "dagger_rounds", 
 def _flat_sft_settings(cfg: Config) -> dict:
     """``trainer.sft``'s settings that shape the warm start, one flat dict: the general keys, then
     each technique's keys under their :data:`FLAT_NAMES`."""
-    from agentrl.warmstart.options import TECHNIQUES
+    from agentrl.config.sft_options import TECHNIQUES
 
     sft = dataclasses.asdict(cfg.trainer.sft)
     flat = {k: v for k, v in sft.items() if k not in SFT_KEYS_NOT_IN_KEY and k not in TECHNIQUES}

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from agentrl.cli.main import main as cli_main
+from agentrl.errors import UsageError
 
 pytestmark = pytest.mark.slow
 
@@ -49,9 +50,16 @@ def test_bench_alfworld_steps_measures_each_pool_size(alfworld_search_games, cap
 
 
 def test_bench_env_server_runs_both_servers_interleaved(capsys):
+    """The baseline is HEAD's server taken from git (a shallow clone has HEAD; the default baseline, the
+    stdlib server of 036ef7e^, needs the history)."""
     assert cli_main(["bench", "env-server", "--rounds", "1", "--seconds", "0.3", "--tasks", "4", "--pool-size", "4",
-                     "--shards", "2", "--json"]) == 0
+                     "--shards", "2", "--baseline", "HEAD", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     entry = report["results"]["textcraft"]
     assert all(len(entry["steps_per_s"][kind]) == 1 and entry["median"][kind] > 0 for kind in ("new", "old"))
-    assert entry["new_over_old"] > 0 and report["meta"]["cores"] >= 1
+    assert entry["new_over_old"] > 0 and report["meta"]["baseline"] == "HEAD"
+
+
+def test_bench_env_server_names_a_revision_git_does_not_know(capsys):
+    assert cli_main(["bench", "env-server", "--rounds", "1", "--baseline", "no-such-revision"]) == UsageError.exit_code
+    assert "--baseline no-such-revision: git archive failed" in capsys.readouterr().err

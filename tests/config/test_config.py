@@ -136,7 +136,7 @@ def test_settings_that_are_off_at_zero_refuse_values_below_their_bound(key, bad,
 def test_warm_start_techniques_are_generated_sections_of_trainer_sft():
     import typing
 
-    from agentrl.warmstart.options import TECHNIQUES, DaggerOptions
+    from agentrl.config.sft_options import TECHNIQUES, DaggerOptions
 
     sft_hints = typing.get_type_hints(type(Config().trainer.sft))
     assert set(TECHNIQUES) == {"dagger", "recovery", "balance"}

@@ -14,8 +14,8 @@ import pytest
 from agentrl.config import load_config
 from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient
-from agentrl.gateway.agents import load_agent
-from agentrl.gateway.engine import AgentEngine
+from agentrl.rollout.agents.task import load_agent
+from agentrl.rollout.agents.engine import AgentEngine
 from agentrl.generation import make_backend
 from tiny_policy import save_tiny_policy
 
@@ -135,7 +135,7 @@ def test_an_engine_failure_fails_the_rollout_not_the_agents(model_dir):
 
 
 def test_the_agents_step_valid_sets_action_valid_and_the_invalid_count(model_dir):
-    from agentrl.gateway.agents import AgentError, outcome_of
+    from agentrl.rollout.agents.task import AgentError, outcome_of
 
     def judged(task):
         client = task.openai_client()

@@ -12,7 +12,7 @@ import pytest
 from agentrl.config import load_config
 from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient
-from agentrl.gateway.engine import AgentEngine
+from agentrl.rollout.agents.engine import AgentEngine
 from agentrl.models import load_tokenizer
 from agentrl.generation import make_backend
 from agentrl.rollout.engine import RolloutEngine

@@ -200,7 +200,7 @@ def test_a_failing_engine_call_is_a_server_error_and_kept(served):
 
 def test_episode_clients_share_one_connection_pool_and_keep_their_own_keys(served):
     from agentrl.envs.base import TaskRef
-    from agentrl.gateway.agents import AgentTask
+    from agentrl.rollout.agents.task import AgentTask
 
     gateway, _ = served
     episodes = [gateway.open_episode(f"pool-{i}") for i in range(2)]

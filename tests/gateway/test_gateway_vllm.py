@@ -164,8 +164,8 @@ def test_the_openai_agent_records_the_same_greedy_batch_over_vllm_as_over_torch(
     from agentrl.config import load_config
     from agentrl.envs import TaskRef
     from agentrl.envs.server import EnvClient
-    from agentrl.gateway.agents import load_agent
-    from agentrl.gateway.engine import AgentEngine
+    from agentrl.rollout.agents.task import load_agent
+    from agentrl.rollout.agents.engine import AgentEngine
     from agentrl.generation import make_backend
     from agentrl.rollout.engine import RolloutEngine
 

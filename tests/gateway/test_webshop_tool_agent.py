@@ -15,8 +15,8 @@ from agentrl.agents import webshop_tools
 from agentrl.config import load_config
 from agentrl.envs import TaskRef, make_env
 from agentrl.envs.server import EnvClient
-from agentrl.gateway.agents import load_agent
-from agentrl.gateway.engine import AgentEngine
+from agentrl.rollout.agents.task import load_agent
+from agentrl.rollout.agents.engine import AgentEngine
 from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
 from agentrl.generation import make_backend
 from agentrl.generation.base import Generation, GenerationBackend

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from agentrl.estimators import build_estimator
 from agentrl.learner.engine import Learner, sampled_logprobs, warn_if_zero3_on_one_rank
 from agentrl.learner.sequences import minibatch_plan, pack, rank_micro_batches, sequence_lengths
-from agentrl.weights.transfer import unpack_weights
+from agentrl.weights import PackedPath, unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
 
 HIDDEN_LAYER = 1
@@ -307,7 +307,7 @@ def test_state_dict_for_rollout_under_zero3_is_full(zero3, hf_model):
     for name, tensor in hf_model.state_dict().items():
         assert state[name].shape == tensor.shape, name
     # the packed buckets the trainer syncs hold the same tensors, gathered the same way
-    buckets = zero3.packed_weights_for_rollout(bucket_bytes=4096)
+    buckets = zero3.weights_call(PackedPath.Sender, "pack", 4096)
     assert len(buckets) > 1
     packed = unpack_weights(buckets)
     assert list(packed) == list(state)
@@ -331,7 +331,7 @@ def test_lora_trains_the_adapter_and_merges_for_rollout(model_dir, hf_model):
         lora.update(batch)
     merged = lora.state_dict_for_rollout()
     assert merged.keys() == base.keys()
-    packed = unpack_weights(lora.packed_weights_for_rollout())
+    packed = unpack_weights(lora.weights_call(PackedPath.Sender, "pack"))
     assert all(torch.equal(packed[name], merged[name]) for name in merged)
     assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
     assert torch.equal(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"])

@@ -10,7 +10,7 @@ import torch.distributed as dist
 ray = pytest.importorskip("ray")
 
 from agentrl.learner.group import LearnerGroup
-from agentrl.weights.transfer import unpack_weights
+from agentrl.weights import PackedPath, unpack_weights
 from tiny_setup import learner_config, step_batch, write_tiny_model
 
 
@@ -46,7 +46,7 @@ def test_two_ranks_through_ray_equal_one_rank(stage, model_dir, ray_cluster):
         assert w1.keys() == w2.keys()
         for name in w1:
             assert torch.allclose(w1[name], w2[name], atol=1e-5), name
-        packed = unpack_weights(pair.packed_weights_for_rollout())   # rank 0's buckets, through Ray
+        packed = unpack_weights(pair.weights_call(PackedPath.Sender, "pack")[0])   # rank 0's buckets, through Ray
         assert all(torch.equal(packed[name], w2[name]) for name in w2)
     finally:
         pair.shutdown()

@@ -16,7 +16,8 @@ import pytest
 from agentrl.config.schema import EnvConfig, RolloutConfig
 from agentrl.envs import TaskRef
 from agentrl.models import build_tiny_model, train_tokenizer
-from agentrl.rollout.workers import WEIGHTS_GROUP, RolloutHangError, RolloutWorkerGroup
+from agentrl.rollout.worker_group import RolloutWorkerGroup
+from agentrl.rollout.worker_calls import WEIGHTS_GROUP, RolloutHangError
 from test_train_failure_cap import free_port, serve_textcraft, train_until_first_checkpoint
 
 ray = pytest.importorskip("ray")

@@ -8,7 +8,7 @@ import pytest
 
 from agentrl.envs import TaskRef
 from agentrl.envs.server.http_server import ShardedHTTPServer
-from agentrl.rollout.workers import RolloutWorkerGroup
+from agentrl.rollout.worker_group import RolloutWorkerGroup
 from agentrl.training.metrics import episode_metrics
 from rollout_helpers import env_config, rollout_config
 

@@ -13,7 +13,8 @@ import torch
 
 from agentrl.envs import TaskRef
 from agentrl.models import build_tiny_model
-from agentrl.rollout.workers import WEIGHTS_GROUP, RolloutWorkerGroup
+from agentrl.rollout.worker_group import RolloutWorkerGroup
+from agentrl.rollout.worker_calls import WEIGHTS_GROUP
 from rollout_helpers import TINY, check_logprobs_match, env_config, rollout_config
 
 ray = pytest.importorskip("ray")

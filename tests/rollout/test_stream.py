@@ -145,7 +145,7 @@ def test_buffer_saves_and_loads_whole_groups(tmp_path):
 def test_stream_numbers_calls_like_iterations_and_resubmits_calls_in_flight(ray_cluster, tiny_model_dir, tiny_tokenizer,
                                                                           tmp_path):
     from agentrl.models import build_tiny_model
-    from agentrl.rollout.workers import RolloutWorkerGroup
+    from agentrl.rollout.worker_group import RolloutWorkerGroup
     from rollout_helpers import TINY, env_config, rollout_config
 
     env_cfg = env_config("textcraft", max_steps=2, group_size=2, tasks_per_iteration=2)

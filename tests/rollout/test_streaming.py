@@ -36,7 +36,7 @@ def config(**trainer) -> Config:
 
 @pytest.fixture(scope="module")
 def workers(ray_cluster, tiny_model_dir):
-    from agentrl.rollout.workers import RolloutWorkerGroup
+    from agentrl.rollout.worker_group import RolloutWorkerGroup
 
     cfg = config()
     with RolloutWorkerGroup(tiny_model_dir, cfg.rollout, cfg.env, num_workers=2, num_envs=4, worker_num_cpus=0.5,

@@ -17,7 +17,7 @@ import torch
 
 from agentrl.envs import TaskRef
 from agentrl.models import build_tiny_model
-from agentrl.rollout.workers import RolloutWorkerGroup
+from agentrl.rollout.worker_group import RolloutWorkerGroup
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
 REQUIRED = os.environ.get("AGENTRL_VLLM_REQUIRED") == "1"  # set by test_vllm_venv.py: never skip
@@ -105,7 +105,7 @@ def test_a_tensor_parallel_engine_takes_packed_and_broadcast_weights_on_every_ra
 
     from agentrl.generation.vllm import VllmConfig
     from agentrl.runtime.rendezvous import reserve_store
-    from agentrl.weights.transfer import WeightBroadcast, broadcast_layout
+    from agentrl.weights import BroadcastPath, WeightBroadcast, broadcast_layout
 
     env_cfg = env_config("textcraft", max_steps=2, group_size=2, tasks_per_iteration=1)
     cfg = rollout_config(max_response_tokens=6, max_prompt_tokens=1024, prompt_truncation="left", backend="vllm",
@@ -123,13 +123,13 @@ def test_a_tensor_parallel_engine_takes_packed_and_broadcast_weights_on_every_ra
         check_logprobs_match(packed, result.batch, range(len(result.batch)))
 
         port = reserve_store(2)
-        joining = group.join_weight_broadcast("127.0.0.1", port)
+        joining = group.weights_call_each(BroadcastPath.Receiver, "join", [("127.0.0.1", port, 1, 2)])
         sender = WeightBroadcast("127.0.0.1", port, 0, 2, "cpu", timeout_s=120)
         group.wait(joining)
         sent = build_tiny_model(TINY, tiny_tokenizer, seed=12).eval()
         weights = list(sent.state_dict().items())
         layout = broadcast_layout(weights, bucket_bytes=64 * 1024)
-        receiving = group.receive_weights(layout, version=3)
+        receiving = group.weights_call(BroadcastPath.Receiver, "receive", layout, version=3)
         sender.send(iter(weights), layout)
         group.wait(receiving)
         result = group.run(tasks, group_size=2, sampling=greedy)

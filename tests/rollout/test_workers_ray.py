@@ -11,8 +11,9 @@ import torch
 from agentrl.envs import TaskRef, make_env
 from agentrl.models import build_tiny_model
 from agentrl.rollout.validation import validate
-from agentrl.weights.transfer import WeightBroadcast, broadcast_layout, pack_weights
-from agentrl.rollout.workers import RolloutWorkerGroup, default_torch_threads, split_evenly
+from agentrl.weights import BroadcastPath, WeightBroadcast, broadcast_layout, pack_weights
+from agentrl.rollout.worker_group import RolloutWorkerGroup
+from agentrl.rollout.workers import default_torch_threads, split_evenly
 from rollout_helpers import TINY, check_batch, check_logprobs_match, env_config, rollout_config
 
 ray = pytest.importorskip("ray")
@@ -76,14 +77,16 @@ class TestTwoTextcraftWorkers:
         tasks = [TaskRef("depth2", 1), TaskRef("depth2", 2)]
         group = textcraft_group
         port = reserve_store(group.num_workers + 1)
-        joining = group.join_weight_broadcast("127.0.0.1", port)
-        sender = WeightBroadcast("127.0.0.1", port, 0, group.num_workers + 1, "cpu", timeout_s=120)
+        world = group.num_workers + 1
+        joining = group.weights_call_each(BroadcastPath.Receiver, "join",
+                                          [("127.0.0.1", port, i + 1, world) for i in range(group.num_workers)])
+        sender = WeightBroadcast("127.0.0.1", port, 0, world, "cpu", timeout_s=120)
         group.wait(joining)
         other = build_tiny_model(TINY, tiny_tokenizer, seed=9).eval()
         weights = list(other.state_dict().items())
         layout = broadcast_layout(weights, bucket_bytes=64 * 1024)
         assert len(layout.buckets) > 2
-        receiving = group.receive_weights(layout, version=5)
+        receiving = group.weights_call(BroadcastPath.Receiver, "receive", layout, version=5)
         sent = sender.send(iter(weights), layout)
         group.wait(receiving)
         assert sent == sum(layout.sizes)

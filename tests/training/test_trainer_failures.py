@@ -17,7 +17,7 @@ from agentrl.errors import UsageError
 from agentrl.learner.engine import Learner
 from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.sources import RolloutSource, Taken
-from agentrl.rollout.workers import RolloutHangError
+from agentrl.rollout.worker_calls import RolloutHangError
 from agentrl.training.inspection import BatchRecorder
 from agentrl.training.trainer import Trainer
 from test_trainer_iteration import RecordedWeights, recorded_rollout

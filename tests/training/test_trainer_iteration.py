@@ -14,7 +14,7 @@ from agentrl.rollout.engine import EpisodeResult, RolloutResult
 from agentrl.rollout.sources import RolloutSource, Taken
 from agentrl.training.inspection import BatchRecorder
 from agentrl.training.trainer import Trainer
-from agentrl.training.weight_sync import WeightSync
+from agentrl.weights import PackedPath, WeightPath
 from tiny_setup import learner_config, write_tiny_model
 
 
@@ -34,7 +34,7 @@ class RecordedRollout(RolloutSource):
         time.sleep(0.01)
 
 
-class RecordedWeights(WeightSync):
+class RecordedWeights(WeightPath):
     """Records the weight pushes (the packed path's learner side runs for real)."""
 
     def __init__(self, learner, events: list):
@@ -42,7 +42,7 @@ class RecordedWeights(WeightSync):
         self.events = events
 
     def push(self, version):
-        self.learner.packed_weights_for_rollout()
+        self.learner.weights_call(PackedPath.Sender, "pack")
         self.events.append("load_weights")
         self.version = version
 

@@ -213,12 +213,13 @@ def test_a_push_frees_the_learners_cached_gpu_memory_before_the_engines_wake():
     class Learner:
         def gpu_uuids(self): return ["a", "b"]
         def free_cached_memory(self): calls.append("free")
-        def packed_weights_for_rollout(self): calls.append("pack"); return []
+        def weights_call(self, sender, method, *args): calls.append(method); return [[]]   # rank 0: no bucket
 
     class Rollout:
         def __init__(self, gpus): self.gpus = gpus
         def gpu_uuids(self): return self.gpus
-        def load_weights(self, buckets, version): calls.append(f"load {version}")
+        def weights_call(self, receiver, method, *buckets, version): calls.append(f"{method} {version}"); return []
+        def wait(self, started): pass
 
     zero3 = load_config("textcraft_grpo_tiny", ["learner.num_ranks=2", "learner.zero_stage=3"])
     colocated = weight_sync_for(zero3, Learner(), Rollout(["a", "b"]), "cuda", colocated=True)

@@ -1,4 +1,4 @@
-"""Packing weights into flat byte buckets for the rollout workers (agentrl.weights.transfer)."""
+"""Packing weights into flat byte buckets for the rollout workers (agentrl.weights.packed)."""
 
 import pickle
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.weights.transfer import ALIGN, as_buckets, pack_weights, unpack_weights
+from agentrl.weights import as_buckets, pack_weights, unpack_weights
+from agentrl.weights.base import ALIGN
 
 
 def mixed_weights():
@@ -80,7 +81,7 @@ def test_weights_written_for_the_ranks_read_back_bit_for_bit(tmp_path):
 def test_each_engine_rank_opens_the_handles_on_its_own_gpu():
     """rollout.weight_sync=ipc with several learner ranks: one set of handles per learner GPU; an engine
     rank takes its own GPU's set, else one on a GPU it sees, else a one-line error naming the fix."""
-    from agentrl.weights.transfer import IpcWeights, pick_handle_set
+    from agentrl.weights import IpcWeights, pick_handle_set
 
     sets = [IpcWeights("GPU-0"), IpcWeights("GPU-1")]
     assert pick_handle_set(sets, "GPU-1", ["GPU-0", "GPU-1"]) is sets[1]

@@ -245,7 +245,7 @@ class VllmBackend(GenerationBackend):
         if self.tensor_parallel_size == 1:
             compat.reload_weights(self.llm, list(weights.items()))
         elif all(t.device.type == "cuda" for t in weights.values()):
-            from agentrl.weights.transfer import ipc_handles
+            from agentrl.weights import ipc_handles
 
             kept: list[torch.Tensor] = []
             handles = ipc_handles(weights.items(), kept)

@@ -12,11 +12,11 @@ bytes of handles per tensor, never the weights themselves:
   small, as in containers started with Docker's 64 MiB default), which every rank maps read-only and
   loads; the file is removed once every rank returned;
 * CUDA tensors of the rollout worker (a broadcast received on its first GPU): CUDA IPC handles
-  (:func:`agentrl.weights.transfer.ipc_handles`), opened by every rank on the same node, which
+  (:func:`agentrl.weights.ipc.ipc_handles`), opened by every rank on the same node, which
   copies its own shard to its GPU;
 * the learner's CUDA IPC handles (``rollout.weight_sync=ipc``, colocated layout): one set per
   learner GPU; each rank opens the set of its own GPU
-  (:func:`~agentrl.weights.transfer.pick_handle_set`), so no byte crosses GPUs.
+  (:func:`~agentrl.weights.ipc.pick_handle_set`), so no byte crosses GPUs.
 
 Each rank loads with the worker's own ``reload_weights`` (every supported release; see
 :mod:`agentrl.generation.vllm.compat`), so vLLM's weight loaders cut each rank's shard.
@@ -33,8 +33,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from agentrl.weights.transfer import IpcWeights, _aligned, _byte_view, device_uuid, local_device_index, \
-    open_ipc_handles, pick_handle_set
+from agentrl.weights.base import aligned, byte_view, device_uuid
+from agentrl.weights.ipc import IpcWeights, local_device_index, open_ipc_handles, pick_handle_set
 
 EXTENSION = "agentrl.generation.vllm.ranks.WeightReceiver"   # engine argument worker_extension_cls
 SHARED_DIR = "/dev/shm"
@@ -50,7 +50,7 @@ def write_shared_file(state: Mapping[str, torch.Tensor], directory: str | None =
     for name, tensor in state.items():
         count = tensor.numel() * tensor.element_size()
         entries.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), size, count))
-        size += _aligned(count)
+        size += aligned(count)
     if directory is None:
         fits = os.path.isdir(SHARED_DIR) and shutil.disk_usage(SHARED_DIR).free > size + (64 << 20)
         directory = SHARED_DIR if fits else tempfile.gettempdir()
@@ -60,7 +60,7 @@ def write_shared_file(state: Mapping[str, torch.Tensor], directory: str | None =
         mapped = np.memmap(path, dtype=np.uint8, mode="r+", shape=(max(size, 1),))
         flat = torch.from_numpy(mapped)
         for (name, _, _, offset, count), tensor in zip(entries, state.values()):
-            flat[offset:offset + count].copy_(_byte_view(tensor.cpu()))
+            flat[offset:offset + count].copy_(byte_view(tensor.cpu()))
         mapped.flush()
         del flat, mapped
     except BaseException:

@@ -173,7 +173,7 @@ class StreamingRollout(RolloutSource):
         return 1
 
     def check_progress(self) -> None:
-        from agentrl.rollout.workers import check_progress
+        from agentrl.rollout.worker_calls import check_progress
 
         if self.hang_timeout_s > 0 and time.monotonic() - self.last_progress > self.hang_timeout_s / 4:
             check_progress(list(enumerate(self.workers.workers)), self.hang_timeout_s)

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from agentrl.gateway.agents import AgentError, AgentTask
+from agentrl.rollout.agents.task import AgentError, AgentTask, load_agent
 
 
 class RemoteEnv:
@@ -60,8 +60,6 @@ class RemoteEnv:
 
 def _child(spec: str, jobs: Any, results: Any) -> None:
     """An agent process: play each episode it is given in a thread of its own."""
-    from agentrl.gateway.agents import load_agent
-
     agent = load_agent(spec)
 
     def play(job: int, task: AgentTask) -> None:

@@ -31,10 +31,16 @@ from typing import Any, Callable
 
 from agentrl.envs.base import TaskRef
 from agentrl.errors import UsageError
+from agentrl.gateway.episodes import EnvCallError
 
 
 class AgentError(RuntimeError):
     """An agent's episode failed (the message says how); the run goes on."""
+
+
+class EnvSessionError(AgentError, EnvCallError):
+    """The episode's environment call failed: the agent's episode fails, and the gateway's env proxy
+    (an agent in a process of its own) answers 502."""
 
 
 class EnvSession:
@@ -56,7 +62,7 @@ class EnvSession:
     def reset(self) -> tuple[str, dict[str, Any]]:
         result = self.client.reset([(self.instance_id, self.task)], timeout=self.timeout, on_shard_error="report")[0]
         if not result.ok:
-            raise AgentError(f"env reset failed: {result.error}")
+            raise EnvSessionError(f"env reset failed: {result.error}")
         self.last_obs, self.last_info, self.actions = result.obs, result.info or {}, []
         return result.obs, result.info
 
@@ -64,7 +70,7 @@ class EnvSession:
         self.actions.append((self.calls() if self.calls else 0, action))
         result = self.client.step([(self.instance_id, action)], timeout=self.timeout, on_shard_error="report")[0]
         if not result.ok:
-            raise AgentError(f"env step failed: {result.error}")
+            raise EnvSessionError(f"env step failed: {result.error}")
         self.last_obs, self.last_info = result.obs, result.info or {}
         return result.obs, float(result.reward), bool(result.terminated or result.truncated), result.info
 
@@ -164,4 +170,4 @@ def outcome_of(value: Any, calls: int) -> AgentOutcome:
                         float(score) if score is not None else None)
 
 
-__all__ = ["AgentError", "AgentOutcome", "AgentTask", "EnvSession", "load_agent", "outcome_of"]
+__all__ = ["AgentError", "AgentOutcome", "AgentTask", "EnvSession", "EnvSessionError", "load_agent", "outcome_of"]

@@ -7,7 +7,7 @@ worker when the run has an environment), each against the gateway this engine se
 backend, so the calls of all of them are batched into engine calls. Each finished episode's steps
 become StepBatch rows: the call's prompt and sampled ids and log-probs, the anchor state, the
 reward (``step_rewards`` or the reward at the last call), an invalid-action penalty for a call whose
-tool calls were malformed. A failed episode (:mod:`agentrl.gateway.agents`) goes through the
+tool calls were malformed. A failed episode (:mod:`agentrl.rollout.agents.task`) goes through the
 engine's recovery (re-run or mask) like an environment failure.
 
 What the gateway samples follows the rollout's settings, whatever the agent asks: temperature,
@@ -24,8 +24,8 @@ from typing import Any, Sequence
 from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
 from agentrl.errors import UsageError
-from agentrl.gateway.agent_processes import AgentProcesses, AgentRun, RemoteEnv
-from agentrl.gateway.agents import AgentError, AgentTask, EnvSession, load_agent, outcome_of
+from agentrl.rollout.agents.processes import AgentProcesses, AgentRun, RemoteEnv
+from agentrl.rollout.agents.task import AgentError, AgentTask, EnvSession, load_agent, outcome_of
 from agentrl.gateway.episodes import GatewayEpisode
 from agentrl.gateway.server import Gateway
 from agentrl.generation.base import SamplingParams

