@@ -24,6 +24,7 @@ from agentrl.weights.base import WEIGHT_PATHS
 from agentrl.config.schema import Config
 from agentrl.errors import UsageError
 from agentrl.estimators.params import describe, violates
+from agentrl.generation import AUTO, BACKENDS, builtin_backends
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 BASE_DIR_NAME = "_base"
@@ -311,8 +312,6 @@ def check_backend(rollout) -> None:
     """Load the configured back end (``auto``, a name or an import path) and check its settings:
     ``rollout.backend_params`` (the keys of one loaded by import path) is coerced in place, and a
     ``rollout.weight_sync`` it declares it cannot receive is refused."""
-    from agentrl.generation import AUTO, BACKENDS, builtin_backends
-
     cls = None if rollout.backend == AUTO else BACKENDS.get(rollout.backend)
     if cls is None or builtin_backends().get(cls.name) is cls:
         if rollout.backend_params:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from agentrl.config.modes import mode_help
+from agentrl.generation import auto_backend, builtin_backends
 
 
 def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
@@ -105,8 +106,6 @@ class EnvConfig:
 
 # --------------------------------------------------------------------------------------- rollout
 def _backend_help() -> str:
-    from agentrl.generation import auto_backend, builtin_backends
-
     return (f"generation back end: auto (the installed back end that prefers the device: "
             f"{auto_backend('cuda', installed_only=False).name} on GPU, {auto_backend('cpu', installed_only=False).name} "
             f"on CPU), {', '.join(builtin_backends())}, or a class of one's own by import path "
@@ -185,8 +184,6 @@ def _rollout_config_class() -> type:
     """``rollout``: the general keys (``rollout.<key>``), one section per built-in back end that declares
     settings (``rollout.<name>.<key>``, its ``Settings`` dataclass) and ``rollout.backend_params`` for one
     loaded by import path, generated from the back ends' declarations (agentrl.generation)."""
-    from agentrl.generation import builtin_backends
-
     hints = typing.get_type_hints(RolloutGeneralSettings)
     general = dataclasses.fields(RolloutGeneralSettings)
     fields: list[tuple[str, Any, Any]] = [

