@@ -25,24 +25,24 @@ never name a back end: they ask the class that ``rollout.backend`` selects
 (:mod:`agentrl.generation.registry`) through these class attributes and classmethods, each of which
 has a default that fits a back end on one device that never sleeps:
 
-==========================  =====================================================================
-``name``, ``title``         ``rollout.backend=<name>``; how ``agentrl plan`` names its engines
-``Settings``                a dataclass of its settings (fields made with :func:`setting`): a
-                            built-in back end's are the config section ``rollout.<name>``, one
-                            loaded by import path reads ``rollout.backend_params``
-``build(...)``              an engine over a model directory, with those settings
-``auto_preference(device)`` how much ``rollout.backend=auto`` wants it on ``device`` (0: never;
-                            the installed back end with the highest number wins)
-``installed()``             whether it can be built here (its packages import)
-``engine_gpus(settings)``   GPUs one engine takes (``engine_gpus_setting`` names the field that
-                            sets it, for messages)
-``can_sleep``,              whether ``sleep()`` frees its accelerator memory, and whether these
-``sleeps(settings)``        settings make it (``sleep_setting`` names the field; its default is off)
-``memory(settings, inputs)`` its :class:`EngineMemory` on each of its GPUs for the placement plan
-``memory_problem(...)``     why that estimate cannot start, with the fix (None: it can)
-``memory_fixes(settings)``  how it can take less of a GPU it shares with a learner rank
-``weight_paths``            the weight paths it receives (names of ``rollout.weight_sync``; None: all)
-==========================  =====================================================================
+==============================  ==================================================================
+``name``, ``title``             ``rollout.backend=<name>``; how ``agentrl plan`` names its engines
+``Settings``                    a dataclass of its settings (fields made with :func:`setting`): a
+                                built-in back end's are the config section ``rollout.<name>``, one
+                                loaded by import path reads ``rollout.backend_params``
+``build(...)``                  an engine over a model directory, with those settings
+``auto_preference(device)``     how much ``rollout.backend=auto`` wants it on ``device`` (0: never;
+                                the installed back end with the highest number wins)
+``installed()``                 whether it can be built here (its packages import)
+``engine_gpus(settings)``       GPUs one engine takes (``engine_gpus_setting`` names the field that
+                                sets it, for messages)
+``can_sleep``,                  whether ``sleep()`` frees its accelerator memory, and whether these
+``sleeps(settings)``            settings make it (``sleep_setting`` names the field; its default is off)
+``memory(settings, inputs)``    its :class:`EngineMemory` on each of its GPUs for the placement plan
+``memory_problem(...)``         why that estimate cannot start, with the fix (None: it can)
+``memory_fixes(settings)``      how it can take less of a GPU it shares with a learner rank
+``weight_paths``                the weight paths it receives (names of ``rollout.weight_sync``; None: all)
+==============================  ==================================================================
 """
 
 from __future__ import annotations
