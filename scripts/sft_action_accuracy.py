@@ -24,7 +24,7 @@ from pathlib import Path
 from agentrl.cli.commands.eval import _config
 from agentrl.evaluation.runner import resolve_policy
 from agentrl.models import load_tokenizer, stop_token_ids
-from agentrl.rollout.backends import make_backend
+from agentrl.generation import make_backend
 from agentrl.rollout.engine import encode_prompts, make_sampling_params
 from agentrl.rollout.parsing import parse_response
 from agentrl.runs.task_schedule import TaskSchedule

@@ -52,14 +52,14 @@ def _make_backend(kind: str, model, tokenizer, path: str, cfg, device: str, seed
     """The backend both loops share: the torch engine over the model, or vLLM over its directory (on a GPU
     with the recipe's dtype and ``rollout.vllm.*``, as the rollout workers build it)."""
     from agentrl.models import resolve_dtype
-    from agentrl.rollout.backends import TorchBackend
+    from agentrl.generation import TorchBackend
 
     dtype = resolve_dtype(cfg.model.dtype, device)
     if kind == "torch":
         if model is None:          # a paper recipe's shape (random weights): written to path
             return TorchBackend.from_pretrained(path, device=device, dtype=dtype)
         return TorchBackend(model.to(device=device, dtype=dtype) if device == "cuda" else model, tokenizer)
-    from agentrl.rollout.backends.vllm_engine import VllmBackend
+    from agentrl.generation.vllm import VllmBackend
 
     return VllmBackend(path, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens, seed=seed,
                        device=device, dtype=dtype, vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)
@@ -69,7 +69,7 @@ def _instant_engine(tokenizer):
     """A generation backend that costs nothing: every request gets the same valid TextCraft reply
     (``inventory``), log-prob 0, so episodes run their full length on both sides and what is measured
     is the loop, the HTTP stack and the agents: the ceiling an infinitely fast engine would leave."""
-    from agentrl.rollout.backends.base import Generation, GenerationBackend
+    from agentrl.generation.base import Generation, GenerationBackend
 
     reply = list(tokenizer("<think>look</think><action>inventory</action>", add_special_tokens=False)["input_ids"])
 

@@ -249,7 +249,8 @@ def _measure(args) -> dict:
     from agentrl.config.loading import load_config
     from agentrl.envs import TaskRef
     from agentrl.models import resolve_dtype
-    from agentrl.rollout.backends import TorchBackend, vllm_available
+    from agentrl.generation import TorchBackend
+    from agentrl.generation.vllm import VllmBackend
 
     torch.set_num_threads(max(1, args.threads))
     cfg = workload(args)
@@ -277,9 +278,7 @@ def _measure(args) -> dict:
             recording = TorchBackend(model, tokenizer)
             recording.record_hidden(cfg.algorithm.bipace.hidden_layer)
             rows["engine-hidden"] = _run_engine(recording, tokenizer, cfg, tasks, args.seed)
-        if "vllm" in wanted and vllm_available():
-            from agentrl.rollout.backends.vllm_engine import VllmBackend
-
+        if "vllm" in wanted and VllmBackend.installed():
             backend = VllmBackend(model_path, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens,
                                   seed=args.seed, device=device, dtype=dtype,
                                   vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)

@@ -106,7 +106,7 @@ def engine_modules(capability: tuple[int, int] | None, environ: dict[str, str]) 
 
 
 # what `agentrl train` with the vLLM backend imports besides vLLM
-RUN_MODULES = ("transformers", "deepspeed", "ray", "agentrl.training.trainer", "agentrl.rollout.backends.vllm_engine")
+RUN_MODULES = ("transformers", "deepspeed", "ray", "agentrl.training.trainer", "agentrl.generation.vllm.engine")
 VLLM_ENGINE_MODULE = "vllm.entrypoints.llm"     # the one the vLLM stages need
 
 # A Qwen2 architecture small enough to start vLLM in seconds; head size 128, as in Qwen2.5 (every
@@ -289,10 +289,10 @@ def probe_sleep(result: ResultFile, work: str) -> None:
     import torch
     from safetensors.torch import load_file
 
-    from agentrl.config.schema import ModelConfig, TokenizerConfig, VllmConfig
+    from agentrl.config.schema import ModelConfig, TokenizerConfig
+    from agentrl.generation import SamplingParams
+    from agentrl.generation.vllm import VllmBackend, VllmConfig
     from agentrl.models import prepare_initial_model
-    from agentrl.rollout.backends import SamplingParams
-    from agentrl.rollout.backends.vllm_engine import VllmBackend
 
     arch = write_probe_architecture(Path(work) / "probe-arch")
     model_dir = prepare_initial_model(ModelConfig(name_or_path=arch, random_init=True), TokenizerConfig(),

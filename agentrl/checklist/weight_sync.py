@@ -70,7 +70,7 @@ class Receiver:
 
         import torch
 
-        from agentrl.rollout.backends import TorchBackend
+        from agentrl.generation import TorchBackend
 
         self.visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.backend = TorchBackend(random_model(model_config(shape), getattr(torch, dtype), device, seed=2))

@@ -24,6 +24,7 @@ from agentrl.weights.base import WEIGHT_PATHS
 from agentrl.config.schema import Config
 from agentrl.errors import UsageError
 from agentrl.estimators.params import describe, violates
+from agentrl.generation import AUTO, BACKENDS, builtin_backends
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 BASE_DIR_NAME = "_base"
@@ -244,6 +245,7 @@ def load_config(recipe: str | None, overrides: list[str] | None = None, *, train
         raise UsageError(f"cannot resolve an interpolation in the config: {err}") from None
     cfg = build_dataclass(Config, resolved)
     check_estimator(cfg.algorithm)
+    check_backend(cfg.rollout)
     check_training_mode(cfg, training)
     check_learner(cfg.learner)
     if cfg.rollout.weight_sync != "auto":
@@ -304,6 +306,35 @@ def check_estimator(algorithm) -> None:
         algorithm.params = {key: _coerce(f"algorithm.params.{key}", value, hints[key], dict(fields[key].metadata))
                             for key, value in algorithm.params.items()}
     estimator_from_config(algorithm)
+
+
+def check_backend(rollout) -> None:
+    """Load the configured back end (``auto``, a name or an import path) and check its settings:
+    ``rollout.backend_params`` (the keys of one loaded by import path) is coerced in place, and a
+    ``rollout.weight_sync`` it declares it cannot receive is refused."""
+    cls = None if rollout.backend == AUTO else BACKENDS.get(rollout.backend)
+    if cls is None or builtin_backends().get(cls.name) is cls:
+        if rollout.backend_params:
+            where = f"rollout.{cls.name}.<key>" if cls is not None else "rollout.<back end>.<key>"
+            raise UsageError(f"rollout.backend_params is for a back end loaded by import path; rollout.backend="
+                             f"{rollout.backend} reads {where} (`agentrl config --keys` lists them)")
+    else:
+        fields = {f.name: f for f in dataclasses.fields(cls.Settings)} if cls.Settings is not None else {}
+        hints = typing.get_type_hints(cls.Settings) if cls.Settings is not None else {}
+        for key in rollout.backend_params:
+            if key not in fields:
+                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.5)
+                hint = f"; did you mean `rollout.backend_params.{close[0]}`?" if close else ""
+                raise UsageError(f"unknown config key `rollout.backend_params.{key}` for {rollout.backend}{hint} "
+                                 f"(its settings: {', '.join(fields) or 'none'})")
+        rollout.backend_params = {key: _coerce(f"rollout.backend_params.{key}", value, hints[key],
+                                               dict(fields[key].metadata))
+                                  for key, value in rollout.backend_params.items()}
+        if cls.Settings is not None:
+            cls.Settings(**rollout.backend_params)      # its own checks across fields (__post_init__)
+    if cls is not None and cls.weight_paths is not None and rollout.weight_sync not in ("auto", *cls.weight_paths):
+        raise UsageError(f"rollout.weight_sync={rollout.weight_sync}: the {cls.name} back end receives weights only "
+                         f"by {', '.join(cls.weight_paths)}; set rollout.weight_sync=auto or one of those")
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

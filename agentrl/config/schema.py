@@ -1,9 +1,10 @@
 """Typed configuration: every field with its default, its help text and what it accepts.
 
 The tree (``Config``) is built from the dataclass defaults, then the recipe's YAML files, then
-``key=value`` overrides (see :mod:`agentrl.config.loading`). Two sections are generated from
+``key=value`` overrides (see :mod:`agentrl.config.loading`). Three sections are generated from
 declarations that live with the code that reads them: ``algorithm`` from the estimators' ``Params``
-(agentrl.estimators) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
+(agentrl.estimators), the back ends' sections of ``rollout`` (``rollout.vllm``) from their ``Settings``
+(agentrl.generation) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
 ...) from agentrl.config.sft_options. Field metadata:
 
 ``help``     one line shown by ``agentrl config --keys`` and in docs/configuration.md
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from agentrl.config.modes import mode_help
+from agentrl.generation import auto_backend, builtin_backends
 
 
 def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
@@ -104,26 +106,18 @@ class EnvConfig:
 
 
 # --------------------------------------------------------------------------------------- rollout
-@dataclass
-class VllmConfig:
-    gpu_memory_utilization: float = F(0.6, "fraction of GPU memory vLLM may take", gt=0, max=1)
-    tensor_parallel_size: int = F(1, "GPUs per vLLM engine", min=1)
-    enforce_eager: bool = F(False, "disable CUDA graphs (always on for CPU)")
-    max_num_seqs: int = F(256, "sequences vLLM schedules at once", min=1)
-    sleep_level: int = F(0, "colocated rollout and learner (GPU): between a rollout and the next weight sync the "
-                         "engine frees its GPU memory for the learner; 1 = weights to host memory and KV cache "
-                         "freed, 2 = both freed (the sync reloads the weights); 0 = never (docs/rollout.md, "
-                         "'Rollout and learner on one GPU')", choices=(0, 1, 2))
-    model_runner: str = F("auto", "vLLM's model runner: auto = vLLM's choice (V2 on CUDA for non-MoE models, "
-                          "Qwen2 included, from 0.26), v1 or v2 (VLLM_USE_V2_MODEL_RUNNER; seeded samples differ "
-                          "between them)",
-                          choices=("auto", "v1", "v2"))
+def _backend_help() -> str:
+    return (f"generation back end: auto (the installed back end that prefers the device: "
+            f"{auto_backend('cuda', installed_only=False).name} on GPU, {auto_backend('cpu', installed_only=False).name} "
+            f"on CPU), {', '.join(builtin_backends())}, or a class of one's own by import path "
+            "package.module:ClassName (docs/rollout.md, 'Add a back end')")
 
 
 @dataclass
-class RolloutConfig:
-    backend: str = F("auto", "generation backend: auto = vllm on GPU, torch on CPU",
-                     choices=("auto", "torch", "vllm"))
+class RolloutGeneralSettings:
+    """``rollout``'s own keys; the back ends' sections are added by :func:`_rollout_config_class`."""
+
+    backend: str = F("auto", _backend_help())
     num_workers: int = F(1, "Ray rollout workers; the envs of an iteration are split among them", min=1)
     torch_threads: int = F(0, "CPU threads of each rollout worker's torch backend; 0 = the machine's cores divided "
                            "by rollout.num_workers (the env servers wait while the policy generates, so the "
@@ -185,7 +179,31 @@ class RolloutConfig:
                               "finished) for this long stops the run with a checkpoint of the last iteration "
                               "whose update the learner holds and a one-line report: which worker, on which node, doing what, with "
                               "which env instances; 0 = wait forever", min=0)
-    vllm: VllmConfig = F(help="vLLM engine settings", factory=VllmConfig)
+
+
+def _rollout_config_class() -> type:
+    """``rollout``: the general keys (``rollout.<key>``), one section per built-in back end that declares
+    settings (``rollout.<name>.<key>``, its ``Settings`` dataclass) and ``rollout.backend_params`` for one
+    loaded by import path, generated from the back ends' declarations (agentrl.generation)."""
+    hints = typing.get_type_hints(RolloutGeneralSettings)
+    general = dataclasses.fields(RolloutGeneralSettings)
+    fields: list[tuple[str, Any, Any]] = [
+        (f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                   metadata=f.metadata)) for f in general]
+    for name, backend in builtin_backends().items():
+        if backend.Settings is None:
+            continue
+        if name in {f.name for f in general} | {"backend_params"}:
+            raise ValueError(f"the {name} back end's settings would hide the key rollout.{name}: rename the back end")
+        fields.append((name, backend.Settings, F(help=f"{backend.title or name} engine settings",
+                                                 factory=backend.Settings)))
+    fields.append(("backend_params", dict, F(help="the settings of a back end loaded by import path "
+                                                   "(rollout.backend=package.module:ClassName), checked against its "
+                                                   "Settings; built-in back ends read rollout.<name>", factory=dict)))
+    return dataclasses.make_dataclass("RolloutConfig", fields, namespace={"__module__": __name__})
+
+
+RolloutConfig = _rollout_config_class()
 
 
 # ------------------------------------------------------------------------------------- algorithm

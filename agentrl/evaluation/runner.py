@@ -24,6 +24,7 @@ from agentrl.config.schema import RolloutConfig
 from agentrl.errors import UsageError
 from agentrl.evaluation.episodes import (EpisodeLog, episode_key, episode_record, summarize_records,
                                          write_json_atomically)
+from agentrl.generation import engine_gpus
 
 
 @dataclass
@@ -164,9 +165,8 @@ def _play(cfg: Config, model_dir: Path, work: list[tuple[int, int, list]], episo
     group = RolloutWorkerGroup(str(model_dir), with_transcripts(cfg.rollout, cfg.eval.record_transcripts), cfg.env,
                                num_envs=num_envs, device=device,
                                dtype=cfg.model.dtype if device == "cuda" else "float32",
-                               # an engine owns its tensor-parallel GPUs (vLLM runs its processes on them)
-                               num_gpus_per_worker=float(cfg.rollout.vllm.tensor_parallel_size) if device == "cuda"
-                               else 0.0)
+                               # an engine owns the GPUs its back end declares (vLLM: its tensor-parallel ranks')
+                               num_gpus_per_worker=float(engine_gpus(cfg.rollout, device)))
     played = 0
     try:
         for seed, c, todo in work:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from agentrl.gateway.conversation import SampledReply
-from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+from agentrl.generation.base import GenerationBackend, SamplingParams
 
 
 @dataclass

@@ -47,7 +47,7 @@ from agentrl.gateway.conversation import ConversationRenderer, PromptOverLimit, 
 from agentrl.gateway.episodes import (Batcher, EngineError, EnvCallError, EpisodeRegistry, GatewayEpisode, GatewayStep,
                                       anchor_of)
 from agentrl.gateway.tools import calls_key, parse_tool_calls
-from agentrl.rollout.backends.base import GenerationBackend, SamplingParams
+from agentrl.generation.base import GenerationBackend, SamplingParams
 from agentrl.runtime.http_connections import LISTEN_BACKLOG, ConnectionGuard, ConnectionLimits, connection_of
 
 ROLES = ("system", "developer", "user", "assistant", "tool")

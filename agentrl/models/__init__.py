@@ -14,6 +14,7 @@ _WHERE = {
     "is_model_dir": "loading", "load_model": "loading", "load_tokenizer": "loading",
     "prepare_initial_model": "loading", "resolve_dtype": "loading", "stored_dtype": "loading",
     "CHAT_TEMPLATE": "tokenizer", "stop_token_ids": "tokenizer", "train_tokenizer": "tokenizer",
+    "empty_cache": "decode_cache", "preallocated_cache": "decode_cache",
 }
 
 __all__ = sorted(_WHERE)

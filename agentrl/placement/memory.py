@@ -23,13 +23,13 @@ or ``model.tiny``); ``P_t`` is what the learner trains (P, or the LoRA adapters 
 
 Records at the bounds make the activations a high figure; the one measured point went the other
 way: 7B with LoRA on one H200 (``scripts/gpu_smoke.sh`` with the torch backend, docs/benchmarks.md)
-peaked at 44.4 GB where these formulas give 41.1 GB, so leave a margin. A rollout engine reserves
-``rollout.vllm.gpu_memory_utilization`` of each of its GPUs (vLLM's own budget: weights, CUDA
-graphs and KV cache), which must hold at least its share of the weights (``w P / tensor_parallel_size``)
-plus 1 GB of KV cache; asleep (``rollout.vllm.sleep_level`` 1 or 2) it keeps 2 GB (an assumption,
-not measured here: its CUDA context and buffers outside the weight and KV-cache pools). The torch
-backend (``rollout.backend=torch``) holds the whole model on each of its GPUs, plus an assumed 25 %
-for its KV cache and activations, and never sleeps.
+peaked at 44.4 GB where these formulas give 41.1 GB, so leave a margin. A rollout engine's GPUs hold
+what its back end declares (``GenerationBackend.memory``, agentrl.generation): vLLM reserves
+``rollout.vllm.gpu_memory_utilization`` of each of its GPUs (its own budget: weights, CUDA graphs and
+KV cache), which must hold at least its share of the weights plus 1 GB of KV cache, and keeps 2 GB
+asleep (``rollout.vllm.sleep_level`` 1 or 2; an assumption, not measured here); the torch backend
+holds the whole model on its GPU, plus an assumed 25 % for its KV cache and activations, and never
+sleeps.
 """
 
 from __future__ import annotations
@@ -40,15 +40,13 @@ from pathlib import Path
 from typing import Optional
 
 from agentrl.config.modes import training_mode
+from agentrl.generation import EngineMemory, MemoryInputs, backend_settings, planned_backend
 from agentrl.models.shapes import ModelShape, known_shape, shape_of_config
 
 GB = 1e9
 CONTEXT_GB = 1.0            # a GPU process's CUDA context and allocator slack
-ENGINE_ASLEEP_GB = 2.0      # a sleeping vLLM engine's leftovers on each of its GPUs (assumed)
-MIN_KV_CACHE_GB = 1.0       # the least KV cache an engine is let start with
 LOGIT_COPIES_UPDATE = 3     # fp32 logits, their log-softmax, its gradient
 LOGIT_COPIES_PASS = 2
-TORCH_BACKEND_EXTRA = 0.25  # the torch backend's KV cache and activations, as a share of its weights (assumed)
 
 
 def model_shape(cfg) -> Optional[ModelShape]:
@@ -150,30 +148,16 @@ def learner_memory(cfg, shape: ModelShape) -> LearnerMemory:
                          pass_activations=(one_layer + LOGIT_COPIES_PASS * logits) / GB)
 
 
-@dataclass(frozen=True)
-class RolloutMemory:
-    """One GPU of a rollout engine, GB."""
-
-    budget: float               # what it takes of the GPU (vLLM: gpu_memory_utilization of it)
-    weights: float              # its share of the weights
-    asleep: float               # what it keeps while asleep (the budget when it never sleeps)
-    backend: str = "vllm"
-
-    @property
-    def kv_cache(self) -> float:
-        return self.budget - self.weights
+def memory_inputs(cfg, shape: ModelShape, gpu_memory_gb: float) -> MemoryInputs:
+    """What a back end's memory estimate starts from (agentrl.generation.MemoryInputs)."""
+    return MemoryInputs(shape=shape, bytes_per_weight=weight_bytes(cfg), gpu_memory_gb=gpu_memory_gb,
+                        max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens)
 
 
-def rollout_memory(cfg, shape: ModelShape, gpu_memory_gb: float) -> RolloutMemory:
-    vllm = cfg.rollout.vllm
-    if cfg.rollout.backend == "torch":
-        weights = weight_bytes(cfg) * shape.parameters() / GB
-        budget = weights * (1 + TORCH_BACKEND_EXTRA)
-        return RolloutMemory(budget=budget, weights=weights, asleep=budget, backend="torch")
-    budget = vllm.gpu_memory_utilization * gpu_memory_gb
-    weights = weight_bytes(cfg) * shape.parameters() / vllm.tensor_parallel_size / GB
-    return RolloutMemory(budget=budget, weights=weights,
-                         asleep=ENGINE_ASLEEP_GB if vllm.sleep_level > 0 else budget)
+def rollout_memory(cfg, shape: ModelShape, gpu_memory_gb: float) -> EngineMemory:
+    """One GPU of a rollout engine, as the configured back end declares it (on a GPU: ``auto`` as there)."""
+    backend = planned_backend(cfg.rollout)
+    return backend.memory(backend_settings(cfg.rollout, backend), memory_inputs(cfg, shape, gpu_memory_gb))
 
 
 @dataclass(frozen=True)
@@ -190,12 +174,12 @@ class SharedGpuMemory:
                                                                                    self.learner_phase)
 
 
-def shared_gpu_memory(cfg, learner: LearnerMemory, rollout: RolloutMemory) -> SharedGpuMemory:
+def shared_gpu_memory(cfg, learner: LearnerMemory, rollout: EngineMemory) -> SharedGpuMemory:
     if training_mode(cfg.trainer.mode).overlapped:      # the learner's own peak plus the awake engine
         return SharedGpuMemory(rollout_phase=rollout.budget, learner_phase=learner.peak, overlapped=True)
     return SharedGpuMemory(rollout_phase=learner.resident + rollout.budget,
                            learner_phase=learner.peak + rollout.asleep, overlapped=False)
 
 
-__all__ = ["GB", "LearnerMemory", "RolloutMemory", "SharedGpuMemory", "learner_memory", "model_shape",
+__all__ = ["GB", "LearnerMemory", "SharedGpuMemory", "learner_memory", "memory_inputs", "model_shape",
            "rollout_memory", "shared_gpu_memory", "weight_bytes"]

@@ -8,10 +8,11 @@
 Two layouts:
 
 * ``split``: each GPU holds one learner rank or one GPU of a rollout engine; ``learner.num_ranks +
-  rollout.num_workers x rollout.vllm.tensor_parallel_size`` GPUs;
-* ``colocated``: each GPU holds one learner rank and one GPU of an engine, whose vLLM sleeps during
-  the learner's passes (``rollout.vllm.sleep_level``); ``learner.num_ranks`` GPUs, which must equal
-  ``rollout.num_workers x tensor_parallel_size``.
+  rollout.num_workers x E`` GPUs, E the GPUs of one engine as its back end declares them
+  (``GenerationBackend.engine_gpus``: vLLM's ``rollout.vllm.tensor_parallel_size``, the torch engine's 1);
+* ``colocated``: each GPU holds one learner rank and one GPU of an engine, which may sleep during the
+  learner's passes (vLLM: ``rollout.vllm.sleep_level``); ``learner.num_ranks`` GPUs, which must equal
+  ``rollout.num_workers x E``.
 
 ``placement.layout=auto`` takes split when it fits the GPUs and their memory, else colocated.
 
@@ -23,7 +24,8 @@ placement group reserves that GPU for it (:mod:`agentrl.placement.reservation`).
 one CPU each, no GPU; the plan counts them and Ray places them.
 
 A plan that cannot work raises :class:`InfeasiblePlan`, a UsageError of one line: what is missing,
-then the fix. Memory estimates: :mod:`agentrl.placement.memory`.
+then the fix. Memory estimates: :mod:`agentrl.placement.memory` and the back end's own
+(``GenerationBackend.memory``, with its ``memory_problem`` check).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
 from agentrl.errors import UsageError
-from agentrl.placement.memory import (MIN_KV_CACHE_GB, LearnerMemory, RolloutMemory, learner_memory, model_shape,
-                                      rollout_memory, shared_gpu_memory)
+from agentrl.generation import EngineMemory, MemoryInputs, backend_settings, planned_backend, setting_key
+from agentrl.placement.memory import (LearnerMemory, learner_memory, memory_inputs, model_shape, rollout_memory,
+                                      shared_gpu_memory)
 
 LAYOUTS = ("split", "colocated")
 
@@ -91,7 +94,7 @@ class PlacementPlan:
     engines: list[EnginePlan]
     gpus: list[GpuPlan]
     learner: Optional[LearnerMemory] = None
-    rollout: Optional[RolloutMemory] = None
+    rollout: Optional[EngineMemory] = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -154,16 +157,24 @@ def plan_placement(cfg, nodes: Optional[int] = None, gpus_per_node: Optional[int
         return plan
 
 
+def engine_gpus_key(cfg) -> Optional[str]:
+    """The config key that sets the GPUs of one rollout engine (None: its back end fixes them)."""
+    backend = planned_backend(cfg.rollout)
+    return setting_key(backend, backend.engine_gpus_setting)
+
+
 def _plan(cfg, node_gpus: tuple[int, ...], layout: str) -> PlacementPlan:
     ranks, workers = cfg.learner.num_ranks, cfg.rollout.num_workers
-    tp = cfg.rollout.vllm.tensor_parallel_size
+    backend = planned_backend(cfg.rollout)
+    tp, tp_key = backend.engine_gpus(backend_settings(cfg.rollout, backend)), engine_gpus_key(cfg)
     total, widest = sum(node_gpus), max(node_gpus, default=0)
     where = describe_cluster(node_gpus)
     if tp > widest:
-        raise InfeasiblePlan(f"a rollout engine of rollout.vllm.tensor_parallel_size={tp} needs {tp} GPUs on one "
+        engine = f"{tp_key}={tp}" if tp_key else f"rollout.backend={cfg.rollout.backend}"
+        raise InfeasiblePlan(f"a rollout engine of {engine} needs {tp} GPUs on one "
                              f"node and the nodes have at most {widest} ({where})",
-                             f"set rollout.vllm.tensor_parallel_size to {widest} or less (and rollout.num_workers "
-                             "up to keep the GPUs busy)")
+                             f"set {tp_key} to {widest} or less (and rollout.num_workers up to keep the GPUs busy)"
+                             if tp_key else "add GPUs to a node or choose another rollout.backend")
     in_driver = ranks == 1
     if in_driver and node_gpus[0] < 1:
         raise InfeasiblePlan("learner.num_ranks=1 runs the learner in the agentrl process, on node 0 (the "
@@ -178,7 +189,7 @@ def _plan(cfg, node_gpus: tuple[int, ...], layout: str) -> PlacementPlan:
                                  "add GPUs (placement.nodes), lower learner.num_ranks or rollout.num_workers, or set "
                                  "placement.layout=colocated")
         driver_gpu = free[0].pop(0) if in_driver else None
-        engines = _place_engines(free, workers, tp)
+        engines = _place_engines(free, workers, tp, tp_key)
         rank_plans = ([RankPlan(0, 0, driver_gpu)] if in_driver else
                       [RankPlan(r, node, gpu) for r, (node, gpu) in enumerate(_take_single_gpus(free, ranks))])
         rank_plans, engines = _number_learner_first(rank_plans, engines)
@@ -188,7 +199,7 @@ def _plan(cfg, node_gpus: tuple[int, ...], layout: str) -> PlacementPlan:
                           f"learner.num_ranks={workers * tp}")
             raise InfeasiblePlan(f"the colocated layout puts one learner rank on each GPU of each rollout engine, so "
                                  f"learner.num_ranks must equal rollout.num_workers x "
-                                 f"rollout.vllm.tensor_parallel_size ({ranks} != {workers} x {tp})",
+                                 f"{tp_key or 'the GPUs of one engine'} ({ranks} != {workers} x {tp})",
                                  f"set {suggestion}, or placement.layout=split")
         if ranks > total:
             raise InfeasiblePlan(f"the colocated layout needs {ranks} GPUs (one per learner rank) and the cluster has "
@@ -198,7 +209,7 @@ def _plan(cfg, node_gpus: tuple[int, ...], layout: str) -> PlacementPlan:
             free[0].pop(0)
             engines = [EnginePlan(0, 0, (0,))]
         else:
-            engines = _place_engines(free, workers, tp)
+            engines = _place_engines(free, workers, tp, tp_key)
         rank_plans = [RankPlan(e.index * tp + j, e.node, gpu) for e in engines for j, gpu in enumerate(e.gpus)]
     else:
         raise UsageError(f"placement.layout={layout!r}: choose auto, split or colocated")
@@ -219,15 +230,15 @@ def _plan(cfg, node_gpus: tuple[int, ...], layout: str) -> PlacementPlan:
         plan.notes.append(f"memory not estimated: no architecture known for {cfg.model.name_or_path!r} (not a "
                           "built-in Qwen2.5 name, a local directory or a cached hub model)")
     else:
-        _estimate_memory(cfg, plan, learner_memory(cfg, shape),
-                         rollout_memory(cfg, shape, cfg.placement.gpu_memory_gb))
+        _estimate_memory(cfg, plan, learner_memory(cfg, shape), rollout_memory(cfg, shape, cfg.placement.gpu_memory_gb),
+                         memory_inputs(cfg, shape, cfg.placement.gpu_memory_gb))
     if plan.unused:
         plan.notes.append(f"{len(plan.unused)} of {total} GPUs unused: raise learner.num_ranks or "
                           "rollout.num_workers to use them")
     return plan
 
 
-def _place_engines(free: list[list[int]], workers: int, tp: int) -> list[EnginePlan]:
+def _place_engines(free: list[list[int]], workers: int, tp: int, tp_key: Optional[str]) -> list[EnginePlan]:
     """Each engine on the first node with ``tp`` free GPUs (taken from ``free``)."""
     engines = []
     for e in range(workers):
@@ -236,7 +247,7 @@ def _place_engines(free: list[list[int]], workers: int, tp: int) -> list[EngineP
             left = ", ".join(str(len(gpus)) for gpus in free)
             raise InfeasiblePlan(f"rollout engine {e} needs {tp} free GPUs on one node and no node has them "
                                  f"(free GPUs per node: {left})",
-                                 "lower rollout.vllm.tensor_parallel_size or rollout.num_workers, or add nodes")
+                                 f"lower {tp_key + ' or ' if tp_key else ''}rollout.num_workers, or add nodes")
         engines.append(EnginePlan(e, node, tuple(free[node][:tp])))
         del free[node][:tp]
     return engines
@@ -264,20 +275,17 @@ def _number_learner_first(ranks: list[RankPlan], engines: list[EnginePlan]
             [EnginePlan(e.index, e.node, tuple(renumbered[e.node, g] for g in e.gpus)) for e in engines])
 
 
-def _estimate_memory(cfg, plan: PlacementPlan, learner: LearnerMemory, rollout: RolloutMemory) -> None:
-    """Each GPU's estimate; :class:`InfeasiblePlan` when one does not fit ``placement.gpu_memory_gb``."""
+def _estimate_memory(cfg, plan: PlacementPlan, learner: LearnerMemory, rollout: EngineMemory,
+                     inputs: MemoryInputs) -> None:
+    """Each GPU's estimate; :class:`InfeasiblePlan` when one does not fit ``placement.gpu_memory_gb``, or
+    when the back end says its engine cannot start on what it gets (``GenerationBackend.memory_problem``)."""
     plan.learner, plan.rollout = learner, rollout
-    limit, vllm = plan.gpu_memory_gb, cfg.rollout.vllm
-    if rollout.backend == "vllm" and rollout.kv_cache < MIN_KV_CACHE_GB:
-        raise InfeasiblePlan(f"rollout.vllm.gpu_memory_utilization={vllm.gpu_memory_utilization:g} gives vLLM "
-                             f"{rollout.budget:.1f} GB of each engine GPU (of placement.gpu_memory_gb={limit:g}), "
-                             f"less than its {rollout.weights:.1f} GB share of the weights plus "
-                             f"{MIN_KV_CACHE_GB:g} GB of KV cache",
-                             "raise rollout.vllm.gpu_memory_utilization or rollout.vllm.tensor_parallel_size")
-    engine_text = (f"vLLM {vllm.gpu_memory_utilization:g} x {limit:g}: weights {rollout.weights:.1f} + KV cache "
-                   f"and graphs {rollout.kv_cache:.1f}" if rollout.backend == "vllm" else
-                   f"torch backend: weights {rollout.weights:.1f} + KV cache and activations {rollout.kv_cache:.1f}")
-    engine = "vLLM" if rollout.backend == "vllm" else "torch engine"
+    limit, backend = plan.gpu_memory_gb, planned_backend(cfg.rollout)
+    settings = backend_settings(cfg.rollout, backend)
+    problem = backend.memory_problem(rollout, settings, inputs)
+    if problem is not None:
+        raise InfeasiblePlan(*problem)
+    engine_text, engine = rollout.text, rollout.engine
     shared = shared_gpu_memory(cfg, learner, rollout)
     for gpu in plan.gpus:
         roles = {use.role for use in gpu.uses}
@@ -299,11 +307,10 @@ def _estimate_memory(cfg, plan: PlacementPlan, learner: LearnerMemory, rollout: 
     if worst is None or worst.memory_gb <= limit:
         return
     if plan.layout == "colocated":
+        fixes = [*backend.memory_fixes(settings), "lower learner.micro_batch_size"]
         raise InfeasiblePlan(f"a GPU shared by a learner rank and a rollout engine needs an estimated "
                              f"{worst.memory_gb:.1f} GB ({worst.memory_text}), more than placement.gpu_memory_gb="
-                             f"{limit:g}", "set rollout.vllm.sleep_level=1 (the engine frees its memory for the "
-                             "learner), lower rollout.vllm.gpu_memory_utilization or learner.micro_batch_size, or use "
-                             "placement.layout=split")
+                             f"{limit:g}", f"{', '.join(fixes)}, or use placement.layout=split")
     raise InfeasiblePlan(f"a learner rank needs an estimated {worst.memory_gb:.1f} GB of its GPU ({worst.memory_text}), "
                          f"more than placement.gpu_memory_gb={limit:g}",
                          "lower learner.micro_batch_size, shard more (learner.zero_stage=3 over more "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Optional
 
+from agentrl.generation import planned_backend
 from agentrl.placement.plan import GpuPlan, PlacementPlan, describe_cluster
 from agentrl.placement.reservation import Bundle, plan_bundles, requested
 
@@ -52,7 +53,7 @@ def plan_text(plan: PlacementPlan, cfg, recipe: Optional[str] = None) -> str:
     size = f", {plan.parameters / 1e9:.2f} B parameters" if plan.parameters else ""
     learner = ("1 rank in the driver process" if plan.learner_in_driver else
                f"{len(plan.ranks)} Ray ranks") + f", ZeRO-{plan.zero_stage}"
-    backend = "torch" if cfg.rollout.backend == "torch" else "vLLM"
+    backend = planned_backend(cfg.rollout).title or planned_backend(cfg.rollout).name
     lines.append(f"model {plan.model}{size}; learner {learner}; rollout {len(plan.engines)} {backend} engine(s) x "
                  f"{plan.tensor_parallel_size} GPU(s)")
     for node, count in enumerate(plan.node_gpus):

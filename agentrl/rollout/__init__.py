@@ -1,1 +1,2 @@
-"""Multi-turn rollout: prompts, response parsing, generation backends and the rollout engine."""
+"""Multi-turn rollout: prompts, response parsing and the rollout engine over a generation back end
+(:mod:`agentrl.generation`)."""

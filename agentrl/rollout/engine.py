@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 
 from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
-from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
+from agentrl.generation.base import Generation, GenerationBackend, SamplingParams
 from agentrl.rollout.episode import Episode, EpisodeResult, StepReward
 from agentrl.rollout.guidance import all_failed_groups, play_guided_episodes
 from agentrl.rollout.parsing import parse_response

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
-from agentrl.rollout.backends.base import SamplingParams
+from agentrl.generation.base import SamplingParams
 from agentrl.rollout.engine import (RERUN_PAUSE_S, EnvFailureLimitError, Episode, RolloutEngine, RolloutResult, Tally,
                                     step_seed)
 from agentrl.rollout.guidance import play_guided_episodes

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from agentrl.rollout.backends.base import SamplingParams
+from agentrl.generation.base import SamplingParams
 from agentrl.rollout.engine import RolloutResult
 from agentrl.rollout.group_pool import GroupPool
 from agentrl.rollout.weight_staging import WeightStaging

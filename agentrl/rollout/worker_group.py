@@ -30,7 +30,7 @@ from agentrl.envs.server.auth import load_token_file
 from agentrl.envs.server.ray_pool import launch_ray_shards
 from agentrl.envs.server.servers import spares_per_worker
 from agentrl.models import load_tokenizer, stop_token_ids
-from agentrl.rollout.backends.base import SamplingParams
+from agentrl.generation.base import SamplingParams
 from agentrl.rollout.engine import RolloutResult, make_sampling_params
 from agentrl.rollout.worker_calls import STREAM_GROUP, WEIGHTS_GROUP, PendingRollout
 from agentrl.rollout.workers import RolloutWorker, split_evenly

@@ -17,9 +17,8 @@ from agentrl.envs.base import TaskRef
 from agentrl.envs.server import EnvClient
 from agentrl.envs.server.auth import load_token_file
 from agentrl.envs.server.servers import connect_env_servers
+from agentrl.generation import SamplingParams, make_backend
 from agentrl.models import load_tokenizer, resolve_dtype
-from agentrl.rollout.backends import make_backend
-from agentrl.rollout.backends.base import SamplingParams
 from agentrl.rollout.engine import RolloutResult
 from agentrl.rollout.engines import build_engine
 from agentrl.rollout.group_serving import GroupServing
@@ -62,7 +61,7 @@ class RolloutWorker:
     """
 
     def __init__(self, model_dir: str, rollout_cfg, env_cfg, env_source: Any, instance_ids: Sequence[int], *,
-                 backend: str = "torch", device: str = "cpu", dtype: str = "float32", seed: int = 0,
+                 backend: str | None = None, device: str = "cpu", dtype: str = "float32", seed: int = 0,
                  torch_threads: int | None = None, num_workers: int = 1, stop_strings: Sequence[str] = (),
                  hidden_layer: int | None = None, spare_instance_ids: Sequence[int] = ()):
         flush_denormals()    # before torch starts this process's threads
@@ -73,9 +72,10 @@ class RolloutWorker:
         self.tokenizer = load_tokenizer(model_dir)
         self.device = device
         self._weight_receivers: dict[str, Any] = {}    # a weight path's receiver per path (weights_call)
-        self.backend = make_backend(backend, model_dir, device=device, dtype=resolve_dtype(dtype, device),
+        self.backend = make_backend(backend or rollout_cfg.backend, model_dir, rollout_cfg, device=device,
+                                    dtype=resolve_dtype(dtype, device),
                                     max_model_len=rollout_cfg.max_prompt_tokens + rollout_cfg.max_response_tokens,
-                                    seed=seed, vllm_cfg=rollout_cfg.vllm)
+                                    seed=seed)
         # the estimator's RowInputs.hidden_layer: the prefill records each prompt's hidden state (a
         # backend that cannot, vLLM, leaves it to the learner's pass)
         if hidden_layer is not None:

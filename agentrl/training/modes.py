@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from agentrl.config import Config
 from agentrl.config.modes import training_mode
 from agentrl.errors import UsageError
+from agentrl.generation import backend_settings, planned_backend, setting_key
 
 
 def check_mode_layout(cfg: Config, sync) -> None:
@@ -17,13 +19,21 @@ def check_mode_layout(cfg: Config, sync) -> None:
     mode = training_mode(cfg.trainer.mode)
     if not mode.overlapped:
         return
-    if cfg.rollout.vllm.sleep_level:
+    backend = planned_backend(cfg.rollout)
+    if backend.sleeps(backend_settings(cfg.rollout, backend)):
+        key = setting_key(backend, backend.sleep_setting)
+        off = _default_of(backend.Settings, backend.sleep_setting)
         raise UsageError(f"trainer.mode={mode.name} keeps the rollout running while the learner updates, so the engine "
-                         "cannot sleep: set rollout.vllm.sleep_level=0 (and give the rollout its own GPUs), or "
-                         "trainer.mode=sync")
+                         f"cannot sleep: set {key}={off} (and give the rollout its own GPUs), or trainer.mode=sync")
     if not sync.during_rollout:
         raise UsageError(f"trainer.mode={mode.name} loads weights while a rollout runs, which CUDA IPC weights cannot "
                          "wait for: set rollout.weight_sync=broadcast (or auto), or trainer.mode=sync")
+
+
+def _default_of(settings_class: type, name: str) -> str:
+    """A setting's default as it is written on the command line (a back end's sleep is off by default)."""
+    value = next(f.default for f in dataclasses.fields(settings_class) if f.name == name)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def warn_if_uncorrected(cfg: Config) -> None:

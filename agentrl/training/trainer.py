@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from agentrl.config import Config, config_to_dict
 from agentrl.estimators import Estimator, estimator_from_config
+from agentrl.generation import engine_gpus, planned_backend
 from agentrl.rollout.guidance import sampled_rows_of_guided_groups
 from agentrl.runs.directory import CheckpointNotWritten, RunDirectory, TrainerState
 from agentrl.runs.task_schedule import TaskSchedule
@@ -121,13 +122,14 @@ class Trainer:
         self.rollout = RolloutWorkerGroup(
             model_dir, cfg.rollout, cfg.env, device=device, env_url=cfg.env.server_url,
             dtype=cfg.model.dtype if device == "cuda" else "float32",
-            num_gpus_per_worker=float(cfg.rollout.vllm.tensor_parallel_size) if device == "cuda" else 0.0,
+            num_gpus_per_worker=float(engine_gpus(cfg.rollout, device)),
             hidden_layer=rollout_hidden_layer(cfg, self.estimator),
             thread_shares=rollout_thread_shares(cfg),
             worker_resources=cfg.placement.rollout, env_resources=cfg.placement.env,
             worker_slots=slots.rollout_slots if slots else None, env_slots=slots.env_slots if slots else None)
         self.weights = weight_sync_for(cfg, self.learner, self.rollout, device,
-                                       colocated=slots is not None and slots.colocated)
+                                       colocated=slots is not None and slots.colocated,
+                                       backend_paths=planned_backend(cfg.rollout).weight_paths)
         self.tracker.status(f"weight sync: {self.weights.name} (rollout.weight_sync={cfg.rollout.weight_sync})")
         check_mode_layout(cfg, self.weights)
         warn_if_uncorrected(cfg)

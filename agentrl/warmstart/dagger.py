@@ -80,13 +80,13 @@ def _play_and_label(indices: list[int], env_name: str, env_kwargs: dict, split: 
     import torch
 
     from agentrl.models import load_tokenizer, stop_token_ids
-    from agentrl.rollout.backends import make_backend
+    from agentrl.generation import make_backend
     from agentrl.rollout.engine import encode_prompts, make_sampling_params
 
     if threads:
         torch.set_num_threads(threads)
     tokenizer = load_tokenizer(model_dir)
-    backend = make_backend("torch", model_dir)
+    backend = make_backend("auto", model_dir)      # on CPU: the torch engine
     sampling = make_sampling_params(rollout_cfg, stop_token_ids(tokenizer), temperature=0.0)
     prompt = dict(history_length=history_length, think=rollout_cfg.enable_thinking, style=rollout_cfg.prompt_style,
                   count_repeats=count_repeats)

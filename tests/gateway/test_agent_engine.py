@@ -16,7 +16,7 @@ from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient
 from agentrl.rollout.agents.task import load_agent
 from agentrl.rollout.agents.engine import AgentEngine
-from agentrl.rollout.backends import make_backend
+from agentrl.generation import make_backend
 from tiny_policy import save_tiny_policy
 
 pytest.importorskip("openai")

@@ -14,7 +14,7 @@ from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient
 from agentrl.rollout.agents.engine import AgentEngine
 from agentrl.models import load_tokenizer
-from agentrl.rollout.backends import make_backend
+from agentrl.generation import make_backend
 from agentrl.rollout.engine import RolloutEngine
 from tiny_policy import save_tiny_policy
 

@@ -20,8 +20,8 @@ from agentrl.envs.server import EnvClient
 from agentrl.rollout.agents.task import load_agent
 from agentrl.rollout.agents.engine import AgentEngine
 from agentrl.models import load_tokenizer
-from agentrl.rollout.backends import make_backend
-from agentrl.rollout.backends.base import Generation, GenerationBackend
+from agentrl.generation import make_backend
+from agentrl.generation.base import Generation, GenerationBackend
 from tiny_policy import save_tiny_policy
 
 pytest.importorskip("langgraph")

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from agentrl.gateway.server import Gateway
-from agentrl.rollout.backends import make_backend
+from agentrl.generation import make_backend
 from tiny_policy import save_tiny_policy
 
 openai = pytest.importorskip("openai")
@@ -153,7 +153,7 @@ class PerRequestBackend:
         self.calls = []
 
     def generate_each(self, prompt_ids, samplings):
-        from agentrl.rollout.backends.base import Generation
+        from agentrl.generation.base import Generation
 
         self.calls.append(list(samplings))
         return [Generation([7] * s.max_tokens, [-0.5] * s.max_tokens, "length") for s in samplings]
@@ -161,7 +161,7 @@ class PerRequestBackend:
 
 def test_a_per_request_backend_gets_differing_requests_in_one_call_with_their_own_seeds():
     from agentrl.gateway.episodes import Batcher
-    from agentrl.rollout.backends.base import SamplingParams
+    from agentrl.generation.base import SamplingParams
 
     backend = PerRequestBackend()
     batcher = Batcher(backend, wait_s=0.5, seed=100)

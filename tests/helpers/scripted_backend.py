@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import torch
 
 from agentrl.envs import TaskRef, make_env
-from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
+from agentrl.generation.base import Generation, GenerationBackend, SamplingParams
 from agentrl.rollout.parsing import LOWERCASE_ENVS
 from agentrl.rollout.prompts import format_response
 

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.models import build_tiny_model, load_tokenizer, train_tokenizer
-from agentrl.warmstart.demonstrations import corpus_texts
-from rollout_helpers import TINY
+from agentrl.models import load_tokenizer
+from rollout_helpers import write_rollout_model
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """Byte-level BPE trained on TextCraft and WebShop expert text, and a random tiny model."""
-    texts = []
-    for env in ("textcraft", "webshop"):
-        texts += corpus_texts(env, {}, "train", 30, history_length=2, think=True, style="compact")
-    tokenizer = train_tokenizer(texts, vocab_size=600)
-    model = build_tiny_model(TINY, tokenizer, seed=0)
-    out = tmp_path_factory.mktemp("models") / "tiny"
-    model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
-    return str(out)
+    return write_rollout_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="session")

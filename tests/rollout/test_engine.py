@@ -10,7 +10,7 @@ import torch
 from agentrl.envs import TaskRef
 from agentrl.envs.server import EnvClient
 from agentrl.models import load_model, stop_token_ids
-from agentrl.rollout.backends import TorchBackend
+from agentrl.generation import TorchBackend
 from agentrl.rollout.engine import PromptTooLongError, RolloutEngine
 from agentrl.rollout.validation import eval_tasks, validate
 from agentrl.training.metrics import episode_metrics

@@ -158,7 +158,7 @@ def test_recorded_hidden_states_cover_sampled_and_guided_rows(tiny_model_dir, ti
     """With the torch backend recording hidden states (BiPACE), every row of the batch, the
     expert's guided rows included, carries HF's hidden state at its prompt's last token."""
     from agentrl.models import load_model
-    from agentrl.rollout.backends import TorchBackend
+    from agentrl.generation import TorchBackend
 
     env_cfg = env_config(max_steps=15)
     backend = TorchBackend.from_pretrained(tiny_model_dir)

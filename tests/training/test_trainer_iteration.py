@@ -97,7 +97,7 @@ def test_learner_pass_scores_the_trained_rows_unless_hidden_states_are_missing(
     try:
         learner = Learner(cfg, write_tiny_model(tmp_path / "model"))
         rollout = recorded_rollout()
-        if recorded_hidden:     # what the torch backend's prefill records (tests/rollout/test_torch_backend.py)
+        if recorded_hidden:     # what the torch backend's prefill records (tests/generation/test_torch_backend.py)
             hidden = learner.compute_logprobs(rollout.batch, hidden_layer=1).hidden
             rollout.batch = rollout.batch.with_columns(hidden=hidden)
         events = []

@@ -6,7 +6,7 @@ import pytest
 
 from agentrl.envs import TaskRef, make_env
 from agentrl.envs.server import EnvClient
-from agentrl.rollout.backends import TorchBackend
+from agentrl.generation import TorchBackend
 from agentrl.rollout.engine import RolloutEngine
 from agentrl.rollout.parsing import parse_response
 from agentrl.rollout.prompts import render_chat

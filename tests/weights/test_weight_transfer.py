@@ -67,7 +67,7 @@ def test_a_state_dict_is_packed_and_buckets_pass_through():
 
 def test_weights_written_for_the_ranks_read_back_bit_for_bit(tmp_path):
     """The shared file through which a tensor-parallel vLLM engine's ranks take host weights."""
-    from agentrl.rollout.backends.vllm_ranks import read_shared_file, write_shared_file
+    from agentrl.generation.vllm.ranks import read_shared_file, write_shared_file
 
 
     state = {"a": torch.randn(3, 5), "b": torch.arange(7, dtype=torch.int64), "c": torch.randn(2, 2).bfloat16().t()}

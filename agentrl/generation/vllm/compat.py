@@ -1,6 +1,6 @@
 """The calls that agentrl makes into vLLM, for every supported release (0.26.0 through 0.33.0).
 
-Everything version-dependent goes through here; :mod:`agentrl.rollout.backends.vllm_engine` only
+Everything version-dependent goes through here; :mod:`agentrl.generation.vllm.engine` only
 states what it wants. What was read in each release's source (file:line in the 0.26-0.33 wheels):
 
 * ``LLM(**kwargs)``: every key agentrl passes exists with the same name and meaning in 0.26-0.33
@@ -44,7 +44,7 @@ WAKE_TAGS = ("weights", "kv_cache")
 TORCH_PINS = {(0, 26): "2.11.0", (0, 27): "2.13.0", (0, 28): "2.13.0", (0, 29): "2.13.0", (0, 30): "2.13.0",
               (0, 31): "2.13.0", (0, 32): "2.13.0", (0, 33): "2.14.0"}
 MODEL_RUNNERS = ("auto", "v1", "v2")
-RANKS_EXTENSION = "agentrl.rollout.backends.vllm_ranks.WeightReceiver"   # worker_extension_cls with k > 1
+RANKS_EXTENSION = "agentrl.generation.vllm.ranks.WeightReceiver"   # worker_extension_cls with k > 1
 
 
 def parse_version(text: str) -> tuple[int, int, int]:

@@ -5,7 +5,7 @@ checks. The vLLM calls themselves run in .venv-vllm (test_vllm_backend.py, vllm-
 import pytest
 
 from agentrl.config import load_config
-from agentrl.rollout.backends import vllm_compat as compat
+from agentrl.generation.vllm import compat
 
 RELEASES = [f"0.{minor}.0" for minor in range(26, 34)]
 
@@ -44,7 +44,7 @@ def test_engine_arguments_per_release_on_a_gpu(release):
                       # executor (which it would take inside the plan's placement group), each rank
                       # taking new weights through agentrl's worker extension
                       "distributed_executor_backend": "mp",
-                      "worker_extension_cls": "agentrl.rollout.backends.vllm_ranks.WeightReceiver"}
+                      "worker_extension_cls": "agentrl.generation.vllm.ranks.WeightReceiver"}
 
 
 def test_engine_arguments_on_cpu_and_one_gpu_without_sleep():

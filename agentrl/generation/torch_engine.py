@@ -14,7 +14,7 @@ How one ``generate`` call runs:
    needs a mask, which sends attention to the slower materialised-matrix kernel; one huge
    batch is also slower on CPU than chunks of ~1k tokens whose activations stay in cache.)
 2. **Decode cache.** Every row's real keys/values are copied right-aligned into one buffer per
-   layer with room for ``max_tokens`` more positions (:class:`_PreallocatedLayer`), so decoding
+   layer with room for ``max_tokens`` more positions (:mod:`agentrl.models.decode_cache`), so decoding
    writes each new position in place instead of concatenating the whole cache every token. A
    2-D attention mask hides the left padding (none is passed when all prompts have one length);
    position ids are explicit.
@@ -29,14 +29,15 @@ by inverse-CDF with one uniform number per row from a ``torch.Generator`` seeded
 same distribution as ``torch.multinomial``, ~15x cheaper on CPU, but not the same stream: the
 tokens sampled for a given seed changed when it replaced ``multinomial``.) Log-probs come from the
 same logits the sampler used: ``log_softmax(logits / T)`` of the sampled token, before top-k/top-p
-filtering (verl's convention; see :mod:`agentrl.rollout.backends.base`).
+filtering (verl's convention; see :mod:`agentrl.generation.base`); the sampler is
+:mod:`agentrl.generation.sampling`.
 
 Hidden states (:meth:`TorchBackend.record_hidden`, on when the estimator asks for them through
 ``RowInputs.hidden_layer``): a forward
 hook on the configured layer keeps ``[rows, d]`` at each row's last prompt token during the
 prefill's last forward for that row (the one that reads its logits), so ``Generation.hidden``
 costs no extra pass; it matches the learner's log-prob pass on the same weights up to float
-rounding (tests/rollout/test_torch_backend.py).
+rounding (tests/generation/test_torch_backend.py).
 """
 
 from __future__ import annotations
@@ -46,26 +47,14 @@ import time
 from typing import Mapping, Sequence
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
+from agentrl import models
+from agentrl.generation.base import GB, EngineMemory, Generation, GenerationBackend, MemoryInputs, SamplingParams
+from agentrl.generation.registry import register_backend
+from agentrl.generation.sampling import sample_tokens
 from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
-from agentrl.rollout.backends.base import Generation, GenerationBackend, SamplingParams
 
-
-def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (set to -inf) the logits outside the top-k and the top-p nucleus, row by row."""
-    if top_k > 0 and top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        before = torch.cumsum(probs, dim=-1) - probs          # mass of the tokens ranked above
-        drop_sorted = before >= top_p                          # always keeps the most likely token
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        scaled = scaled.masked_fill(drop, float("-inf"))
-    return scaled
+EXTRA_MEMORY = 0.25     # its KV cache and activations on a GPU, as a share of its weights (an assumption)
 
 
 def shared_prefixes(prompts: Sequence[Sequence[int]], min_shared: int) -> tuple[list[list[int]], list[int]]:
@@ -103,70 +92,6 @@ def shared_prefixes(prompts: Sequence[Sequence[int]], min_shared: int) -> tuple[
     return prefixes, source
 
 
-def draw_from(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``probs`` ``[B, V]`` (non-negative, rows need not sum to 1), by inverse
-    CDF: the first token whose cumulative mass exceeds ``u * total`` with ``u ~ U[0, 1)`` drawn from
-    ``generator``. A token of zero probability is never drawn."""
-    cdf = probs.cumsum(-1)
-    total = cdf[:, -1:]
-    u = torch.rand(total.shape, generator=generator, device=probs.device, dtype=cdf.dtype)
-    # strictly below the total, so some token's cumulative mass exceeds it even after rounding
-    target = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
-
-
-def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sampled token ids ``[B]`` and their log-probs ``[B]`` from next-token logits ``[B, V]``."""
-    logits = logits.float()
-    if sampling.greedy:
-        logprobs = torch.log_softmax(logits, dim=-1)
-        tokens = torch.argmax(logits, dim=-1)
-    else:
-        scaled = logits / sampling.temperature
-        logprobs = torch.log_softmax(scaled, dim=-1)
-        filtered = filter_logits(scaled, sampling.top_k, sampling.top_p)
-        tokens = draw_from(torch.softmax(filtered, dim=-1), generator)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-class _PreallocatedLayer(DynamicLayer):
-    """One layer's KV cache in a buffer with spare positions: ``update`` writes in place.
-
-    ``keys``/``values`` are views of the filled part (what attention reads). A buffer that runs
-    out of room grows by doubling (not expected: the engine sizes it for the whole response)."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
-        super().__init__()
-        self.dtype, self.device = keys.dtype, keys.device
-        self.is_initialized = True
-        self._k, self._v, self._len = keys, values, int(length)
-        self._views()
-
-    def _views(self) -> None:
-        self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        end = self._len + key_states.shape[-2]
-        if end > self._k.shape[-2]:
-            extra = max(end, 2 * self._k.shape[-2]) - self._k.shape[-2]
-            self._k = torch.cat([self._k, self._k.new_zeros(*self._k.shape[:2], extra, self._k.shape[3])], dim=2)
-            self._v = torch.cat([self._v, self._v.new_zeros(*self._v.shape[:2], extra, self._v.shape[3])], dim=2)
-        self._k[:, :, self._len:end] = key_states
-        self._v[:, :, self._len:end] = value_states
-        self._len = end
-        self._views()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self._len
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._k = self._k.index_select(0, beam_idx.to(self._k.device))
-        self._v = self._v.index_select(0, beam_idx.to(self._v.device))
-        self._views()
-
-
 def _right_padded(rows: Sequence[Sequence[int]], device) -> torch.Tensor:
     width = max(len(r) for r in rows)
     ids = torch.zeros((len(rows), width), dtype=torch.long)
@@ -187,6 +112,7 @@ def length_chunks(order: Sequence[int], lengths: Sequence[int], budget: int) -> 
     return chunks
 
 
+@register_backend
 class TorchBackend(GenerationBackend):
     """Batched KV-cache generation with a Hugging Face causal LM, on CPU or one GPU.
 
@@ -198,6 +124,7 @@ class TorchBackend(GenerationBackend):
     """
 
     name = "torch"
+    title = "torch"
     loads_weights_between_tokens = True
 
     def __init__(self, model: torch.nn.Module, tokenizer=None, *, share_prefixes: bool = True,
@@ -217,10 +144,25 @@ class TorchBackend(GenerationBackend):
     @classmethod
     def from_pretrained(cls, model_dir: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32,
                         attn_implementation: str = "sdpa", share_prefixes: bool = True) -> "TorchBackend":
-        from agentrl.models import load_model, load_tokenizer
+        model = models.load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
+        return cls(model, models.load_tokenizer(model_dir), share_prefixes=share_prefixes)
 
-        model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
-        return cls(model, load_tokenizer(model_dir), share_prefixes=share_prefixes)
+    # ----- declarations --------------------------------------------------------------------------
+    @classmethod
+    def build(cls, model_dir, settings, *, device, dtype, max_model_len, seed) -> "TorchBackend":
+        return cls.from_pretrained(model_dir, device=device, dtype=dtype)
+
+    @classmethod
+    def auto_preference(cls, device: str) -> int:
+        return 1            # everywhere, below a back end that prefers the device
+
+    @classmethod
+    def memory(cls, settings, inputs: MemoryInputs) -> EngineMemory:
+        """The whole model on its one GPU plus :data:`EXTRA_MEMORY` of it; it never sleeps."""
+        weights = inputs.weight_bytes / GB
+        budget = weights * (1 + EXTRA_MEMORY)
+        return EngineMemory(budget=budget, weights=weights, asleep=budget, backend=cls.name, engine="torch engine",
+                            text=f"torch backend: weights {weights:.1f} + KV cache and activations {budget - weights:.1f}")
 
     # ----- weights -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -260,7 +202,7 @@ class TorchBackend(GenerationBackend):
         order = sorted(range(len(prompts)), key=lambda i: (lengths[i], i))
         states: torch.Tensor | None = None
         for chunk in length_chunks(order, lengths, self.prefill_chunk_tokens):
-            _, hidden = self._forward_right_padded([prompts[i] for i in chunk], DynamicCache())
+            _, hidden = self._forward_right_padded([prompts[i] for i in chunk], models.empty_cache())
             if states is None:
                 states = hidden.new_empty((len(prompts), hidden.shape[-1]))
             states[torch.as_tensor(chunk, device=hidden.device)] = hidden
@@ -317,7 +259,7 @@ class TorchBackend(GenerationBackend):
         blocks = []  # (rows, per-layer keys, per-layer values, logits, hidden): block row j is prompt rows[j]
         alone = sorted((rows[0] for rows in members.values() if len(rows) == 1), key=lambda i: (lengths[i], i))
         for chunk in length_chunks(alone, lengths, self.prefill_chunk_tokens):
-            cache = DynamicCache()
+            cache = models.empty_cache()
             logits, hidden = self._forward_right_padded([prompts[i] for i in chunk], cache)
             blocks.append((chunk, [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
                            logits, hidden))
@@ -325,7 +267,7 @@ class TorchBackend(GenerationBackend):
         for c, rows in members.items():
             if len(rows) == 1:
                 continue
-            cache = DynamicCache()
+            cache = models.empty_cache()
             prefix = prefixes[c]
             if prefix:
                 self._forward(torch.as_tensor([prefix], dtype=torch.long, device=self.device), None, None, cache)
@@ -358,8 +300,7 @@ class TorchBackend(GenerationBackend):
                 for layer in range(num_layers):
                     keys[layer][dst, :, width - length:width] = block_keys[layer][src, :, :length]
                     values[layer][dst, :, width - length:width] = block_values[layer][src, :, :length]
-        cache = DynamicCache()
-        cache.layers = [_PreallocatedLayer(k, v, width) for k, v in zip(keys, values)]
+        cache = models.preallocated_cache(keys, values, width)
         mask = None
         if min(lengths) < width:
             mask = torch.zeros((n, width), dtype=torch.long, device=self.device)
@@ -444,4 +385,4 @@ class TorchBackend(GenerationBackend):
         return dict(self._counters)
 
 
-__all__ = ["TorchBackend", "draw_from", "filter_logits", "length_chunks", "sample_tokens", "shared_prefixes"]
+__all__ = ["TorchBackend", "length_chunks", "shared_prefixes"]
