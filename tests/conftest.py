@@ -159,3 +159,19 @@ def alfworld_search_games(tmp_path_factory) -> str:
     generate_dataset(out, {"train": 3}, seed=3, workers=1, solver="search", task_types=("pick_and_place_simple",),
                      rooms=("bathroom",))
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """Byte-level BPE trained on TextCraft and WebShop expert text, and a random tiny model (hidden 64,
+    2 layers): the rollout, generation and warm-start tests' model."""
+    from rollout_helpers import write_rollout_model
+
+    return write_rollout_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    from agentrl.models import load_tokenizer
+
+    return load_tokenizer(tiny_model_dir)

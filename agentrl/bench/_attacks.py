@@ -47,7 +47,7 @@ _GATEWAY = """
 import json, sys
 from agentrl.gateway.server import Gateway
 from agentrl.models import train_tokenizer
-from agentrl.rollout.backends.base import Generation, GenerationBackend
+from agentrl.generation.base import Generation, GenerationBackend
 
 class Fixed(GenerationBackend):
     name = "fixed ids (attack bench, not a model)"

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def start_model(tiny_start_model):
-    """The session's tiny starting policy (tests/training/test_async_training.py imports this fixture)."""
+    """The session's tiny starting policy."""
     return tiny_start_model
 
 

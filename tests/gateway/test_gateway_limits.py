@@ -16,7 +16,7 @@ import urllib3
 
 from agentrl.gateway.server import Gateway
 from agentrl.models import train_tokenizer
-from agentrl.rollout.backends.base import Generation, GenerationBackend
+from agentrl.generation.base import Generation, GenerationBackend
 
 CORPUS = ["You craft items in Minecraft. Goal: craft a stick. Inventory: oak planks, sticks, crafting table."] * 20
 

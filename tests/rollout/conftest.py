@@ -1,22 +1,8 @@
-"""Shared fixtures: a tiny random-init model directory (hidden 64, 2 layers) and its tokenizer."""
+"""The rollout tests' ALFWorld games (the tiny model and its tokenizer are in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-from agentrl.models import load_tokenizer
-from rollout_helpers import write_rollout_model
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> str:
-    """Byte-level BPE trained on TextCraft and WebShop expert text, and a random tiny model."""
-    return write_rollout_model(tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer(tiny_model_dir):
-    return load_tokenizer(tiny_model_dir)
 
 
 @pytest.fixture(scope="session")

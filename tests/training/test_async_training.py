@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.runs.tracking import read_metrics
-from test_train_cli import kill_after_first_checkpoint, run_cli, start_model, train_args  # noqa: F401 - start_model is a fixture
+from cli_train import kill_after_first_checkpoint, run_cli, train_args
 
 pytestmark = pytest.mark.slow
 
@@ -27,12 +27,12 @@ def finish(proc, timeout: float = 900) -> str:
     return out
 
 
-def test_async_two_learner_ranks_streaming_groups_and_a_resume_from_the_buffered_groups(tmp_path, start_model):
+def test_async_two_learner_ranks_streaming_groups_and_a_resume_from_the_buffered_groups(tmp_path, tiny_start_model):
     # 6 iterations with max_staleness 2: the stream runs up to 2 iterations' groups ahead of the
     # learner, so groups are in flight at the checkpoints, staleness reaches its bound and the
     # behaviour weight of the decoupled objective (on by default) differs from 1
     extra = ["trainer.mode=async", "trainer.max_staleness=2", "trainer.keep_checkpoints=10"]
-    out = finish(run_cli(train_args(tmp_path / "full", start_model, iterations=6) + extra))
+    out = finish(run_cli(train_args(tmp_path / "full", tiny_start_model, iterations=6) + extra))
     run_dir = tmp_path / "full" / "run"
     records = [r for r in read_metrics(run_dir / "metrics.jsonl") if "learner/loss" in r]
     assert [r["step"] for r in records] == list(range(1, 7)) and all(math.isfinite(r["learner/loss"]) for r in records)
@@ -66,7 +66,7 @@ def test_async_two_learner_ranks_streaming_groups_and_a_resume_from_the_buffered
     (resumed_dir / "checkpoints" / "latest").write_text(f"iter_{k:06d}")
     kept = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if json.loads(line).get("step", 0) <= k]
     (resumed_dir / "metrics.jsonl").write_text("\n".join(kept) + "\n")
-    out = finish(run_cli(train_args(tmp_path / "resumed", start_model, iterations=k + 1) + extra))
+    out = finish(run_cli(train_args(tmp_path / "resumed", tiny_start_model, iterations=k + 1) + extra))
     buffered = len(list((run_dir / "checkpoints" / f"iter_{k:06d}" / "rollout_buffer").glob("group_*")))
     assert f"resumed run after iteration {k}" in out
     assert f"restored {buffered} buffered groups; {len(saved[k]['in_flight'])} groups that were in flight" in out
@@ -75,11 +75,11 @@ def test_async_two_learner_ranks_streaming_groups_and_a_resume_from_the_buffered
                                                                       abs=1e-7), key
 
 
-def test_one_step_off_killed_and_resumed_matches_the_uninterrupted_run(tmp_path, start_model):
+def test_one_step_off_killed_and_resumed_matches_the_uninterrupted_run(tmp_path, tiny_start_model):
     # one_step_off: every rollout call runs on one policy version, so two executions give the same
     # samples and the resumed run must reproduce the uninterrupted one's losses exactly
     def args(out: Path) -> list[str]:
-        return train_args(out, start_model, iterations=3) + ["trainer.mode=one_step_off", "learner.num_ranks=1",
+        return train_args(out, tiny_start_model, iterations=3) + ["trainer.mode=one_step_off", "learner.num_ranks=1",
                                                               "trainer.eval_every=0"]
 
     finish(run_cli(args(tmp_path / "full")))
