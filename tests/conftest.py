@@ -17,6 +17,12 @@ import torch
 
 from process_sessions import kill_sessions
 
+from agentrl.envs.spec import source_checkout_envs
+
+# The environment packages of this checkout (envs/<name>/agentrl_env_<name>) import by their own names
+# in tests, installed (scripts/setup.sh) or not: discovery puts their folders on sys.path.
+source_checkout_envs()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
@@ -153,7 +159,7 @@ def alfworld_search_games(tmp_path_factory) -> str:
     """A directory of 3 generated bathroom ``pick_and_place_simple`` training games walked by the
     searching expert (the kind the ALFWorld tiny recipes and the DAgger pass use)."""
     pytest.importorskip("alfworld")
-    from agentrl.envs.alfworld.generate import generate_dataset
+    from agentrl_env_alfworld.generate import generate_dataset
 
     out = str(tmp_path_factory.mktemp("search-games"))
     generate_dataset(out, {"train": 3}, seed=3, workers=1, solver="search", task_types=("pick_and_place_simple",),
