@@ -20,8 +20,13 @@ from process_sessions import kill_sessions
 from agentrl.envs.spec import source_checkout_envs
 
 # The environment packages of this checkout (envs/<name>/agentrl_env_<name>) import by their own names
-# in tests, installed (scripts/setup.sh) or not: discovery puts their folders on sys.path.
+# in tests and in the processes tests start, installed (scripts/setup.sh) or not: discovery puts their
+# folders on sys.path, and PYTHONPATH carries them to child processes.
 source_checkout_envs()
+_ENV_FOLDERS = [str(p) for p in sorted((Path(__file__).resolve().parents[1] / "envs").glob("*")) if p.is_dir()]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] +
+    [p for p in _ENV_FOLDERS if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)])
 
 
 @pytest.fixture(scope="session", autouse=True)

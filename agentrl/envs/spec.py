@@ -160,7 +160,8 @@ def check_env_spec(obj: Any, where: str) -> EnvSpec:
         if path and not Path(path).exists():
             problems.append(f"{label} {path!r} does not exist")
     if problems:
-        raise PluginError(f"environment spec {where}: {'; '.join(problems)}")
+        raise PluginError(f"env.name={where!r}: its EnvSpec is not valid: {'; '.join(problems)} (fix the declaration; "
+                          "fields in agentrl/envs/spec.py)")
     if isinstance(obj.splits, list):
         obj = replace(obj, splits=tuple(obj.splits))
     return obj
