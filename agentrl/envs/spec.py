@@ -10,7 +10,7 @@ parsed, which columns its results have, where its recipe building blocks are. Sh
     SPEC = EnvSpec(
         name="textcraft",
         make_env=make_textcraft,                       # (**env.kwargs, max_steps=...) -> TextEnv
-        splits=("train", "valid", "test"),
+        splits=("train", "test"),
         prompt=PromptSpec(preamble="You are an expert agent crafting items in a Minecraft-like environment.",
                           task_source="first_observation"),
         actions=ActionSpec(lowercase=False, fallback_chars=30),
@@ -48,7 +48,7 @@ IMPORT_PREFIX = "agentrl_env_"            # import name: agentrl_env_<name>
 SPEC_ATTRIBUTE = "SPEC"                   # the module attribute holding the EnvSpec
 ADMISSIBLE_LAYOUTS = ("quoted", "lines")
 TASK_SOURCES = ("info", "first_observation")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
@@ -111,9 +111,8 @@ class EnvSpec:
 
     ``name``: what ``env.name`` says (lower case letters, digits, ``_``; an import path for a bare
     factory). ``make_env(**kwargs)``: one :class:`~agentrl.envs.base.TextEnv` (``max_steps`` and the
-    recipe's ``env.kwargs`` are passed as keywords). ``splits``: the split names its tasks are
-    addressed by (documentation and a check of ``env.train_split``/``env.eval_split`` where given;
-    empty = not checked). ``recipes_dir``: a folder of recipes (``*.yaml``, runnable) and building
+    recipe's ``env.kwargs`` are passed as keywords). ``splits``: the main split names its tasks are
+    addressed by (documentation: listed by ``agentrl envs list``; an environment may accept more). ``recipes_dir``: a folder of recipes (``*.yaml``, runnable) and building
     blocks (``_base/env/<name>.yaml``, ``_base/tiny/<name>.yaml``) that ``agentrl recipes`` lists
     beside the built-in ones; "" for none. ``cli``: a module defining ``add_cli(subparsers)`` for
     ``agentrl envs <name> ...`` subcommands, "" for none. The expert solver is the environment's
@@ -145,7 +144,7 @@ def check_env_spec(obj: Any, where: str) -> EnvSpec:
         obj = EnvSpec(name=where, make_env=obj)
     problems = []
     if not isinstance(obj.name, str) or not (_NAME.match(obj.name) or ":" in obj.name):
-        problems.append(f"name {obj.name!r} is not lower case letters, digits and _")
+        problems.append(f"name {obj.name!r} is not lower case letters, digits, _ and -")
     if not callable(obj.make_env):
         problems.append("make_env is not callable")
     if obj.prompt.admissible_layout not in ADMISSIBLE_LAYOUTS:
@@ -161,7 +160,8 @@ def check_env_spec(obj: Any, where: str) -> EnvSpec:
         if path and not Path(path).exists():
             problems.append(f"{label} {path!r} does not exist")
     if problems:
-        raise PluginError(f"environment spec {where}: {'; '.join(problems)}")
+        raise PluginError(f"env.name={where!r}: its EnvSpec is not valid: {'; '.join(problems)} (fix the declaration; "
+                          "fields in agentrl/envs/spec.py)")
     if isinstance(obj.splits, list):
         obj = replace(obj, splits=tuple(obj.splits))
     return obj
@@ -188,9 +188,28 @@ ENVS: PluginRegistry[EnvSpec] = PluginRegistry(
     name_of=lambda spec: spec.name, extra=source_checkout_envs)
 
 
+def register_env(name: str, **fields: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register ``factory`` in this process as the environment ``name`` (the other
+    :class:`EnvSpec` fields as keywords). For environments built in a program or a test; a package
+    declares a ``SPEC`` and an entry point instead."""
+    def decorator(factory: Callable[..., Any]) -> Callable[..., Any]:
+        ENVS.register(EnvSpec(name=name, make_env=factory, **fields))
+        return factory
+
+    return decorator
+
+
 def env_spec(name: str) -> EnvSpec:
     """The spec ``env.name`` names (a registered name or an import path)."""
     return ENVS.get(str(name))
+
+
+_NO_ENV = EnvSpec(name="", make_env=lambda **kwargs: None)
+
+
+def env_spec_or_default(name: str) -> EnvSpec:
+    """:func:`env_spec`, or a spec with every default for ``""`` (text handled without an environment)."""
+    return _NO_ENV if not name else env_spec(name)
 
 
 def env_names() -> list[str]:
@@ -199,4 +218,5 @@ def env_names() -> list[str]:
 
 
 __all__ = ["ADMISSIBLE_LAYOUTS", "ENTRY_POINT_GROUP", "ENVS", "ActionSpec", "EnvSpec", "PromptSpec", "ResultSpec",
-           "TASK_SOURCES", "check_env_spec", "env_names", "env_spec", "source_checkout_envs"]
+           "TASK_SOURCES", "check_env_spec", "env_names", "env_spec", "env_spec_or_default", "register_env",
+           "source_checkout_envs"]

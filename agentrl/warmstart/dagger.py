@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from agentrl.envs import TaskRef, make_env
-from agentrl.rollout.parsing import LOWERCASE_ENVS, parse_response
+from agentrl.rollout.parsing import parse_response, shown_action
 from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
 from agentrl.warmstart.demonstrations import Demonstration
 
@@ -145,7 +145,7 @@ class _Episode:
             self.done = True    # the episode ends here: its further states would not be labelled
             return
         self.seen.add(text)
-        self.expert_action = action.lower() if self.env_name in LOWERCASE_ENVS else action
+        self.expert_action = shown_action(action, self.env_name)
         thought = f"The next step toward the goal is: {self.expert_action}." if self.think else None
         self.demonstrations.append(Demonstration(
             text, format_response(self.expert_action, thought), str(self.info["task_type"]), self.task, self.step,
