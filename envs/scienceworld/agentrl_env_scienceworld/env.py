@@ -11,7 +11,7 @@ score and valid-action list is the engine's, unchanged:
 * ``terminated`` is the engine's ``isCompleted`` (the task done, or failed: a negative score);
   the episode is won when the score reaches 100;
 * ``info["admissible_actions"]`` is the engine's valid action-object combinations;
-* ``info["task"]`` is the task description, ``task_type`` the task type (``boil``),
+* ``info["task"]`` is the task description (without its ``Task Description:`` header), ``task_type`` the task type (``boil``),
   ``noop`` True when the engine did not understand the command.
 
 The expert is the engine's gold action sequence for the variation. The engine makes it only when a
@@ -28,7 +28,14 @@ from agentrl_env_scienceworld.engine import start_engine
 from agentrl_env_scienceworld.tasks import splits
 
 NOT_UNDERSTOOD = "No known action matches that input."
+TASK_HEADER = "Task Description:"
 WIN_SCORE = 100
+
+
+def task_line(description: str) -> str:
+    """The engine's task description without its ``Task Description:`` header line."""
+    text = description.strip()
+    return text[len(TASK_HEADER):].strip() if text.startswith(TASK_HEADER) else text
 
 
 class ScienceWorldTextEnv(TextEnv):
@@ -68,7 +75,7 @@ class ScienceWorldTextEnv(TextEnv):
     def _info(self, engine_info: dict[str, Any], obs: str, completed: bool) -> dict[str, Any]:
         score = int(engine_info["score"])
         return {"admissible_actions": list(engine_info["valid"]), "won": score >= WIN_SCORE,
-                "task": engine_info["taskDesc"], "task_type": self.task_type, "depth": None,
+                "task": task_line(engine_info["taskDesc"]), "task_type": self.task_type, "depth": None,
                 "noop": obs.strip() == NOT_UNDERSTOOD, "task_score": score, "completed": completed,
                 "variation": self.variation, "moves": int(engine_info["moves"])}
 

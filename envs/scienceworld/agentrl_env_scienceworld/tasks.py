@@ -11,6 +11,10 @@ agentrl's splits are exactly those sets, over all 30 task types:
                                  cover the task types evenly (``eval.num_tasks``).
 ``<set>_<task type>``            the variations of one task type in one set (``test_boil``), in
                                  the engine's order.
+``<set>_short``                  round-robin like ``<set>``, over the five task types whose gold
+                                 paths are shortest (4-7 actions: the three lifespan tasks, find a
+                                 non-living thing, mix a secondary colour): a small-model and CPU
+                                 setting.
 
 The table ships as ``splits.json`` (so that a split's size is known without starting a JVM) and is
 rebuilt from the engine with ``python -m agentrl_env_scienceworld.tasks --write``; a test compares
@@ -25,6 +29,9 @@ import json
 from pathlib import Path
 
 SETS = ("train", "dev", "test")
+# the task types with the shortest gold paths (4-7 actions), the "<set>_short" splits
+SHORT_TASK_TYPES = ("lifespan-longest-lived", "lifespan-shortest-lived", "lifespan-longest-lived-then-shortest-lived",
+                    "find-non-living-thing", "chemistry-mix-paint-secondary-color")
 TABLE_PATH = Path(__file__).with_name("splits.json")
 
 
@@ -51,12 +58,18 @@ def splits() -> dict[str, tuple[tuple[str, int], ...]]:
     table = split_table()
     out: dict[str, tuple[tuple[str, int], ...]] = {}
     for name in SETS:
-        per_type = [[(task_type, v) for v in sets[name]] for task_type, sets in table.items()]
-        rounds = max(len(entries) for entries in per_type)
-        out[name] = tuple(entries[k] for k in range(rounds) for entries in per_type if k < len(entries))
+        out[name] = round_robin(table, name, list(table))
+        out[f"{name}_short"] = round_robin(table, name, SHORT_TASK_TYPES)
         for task_type, sets in table.items():
             out[f"{name}_{task_type}"] = tuple((task_type, v) for v in sets[name])
     return out
+
+
+def round_robin(table: dict[str, dict[str, list[int]]], set_name: str, types) -> tuple[tuple[str, int], ...]:
+    """The variations of ``set_name`` of the task ``types``: the first of each type in turn, then the second..."""
+    per_type = [[(task_type, v) for v in table[task_type][set_name]] for task_type in types]
+    rounds = max(len(entries) for entries in per_type)
+    return tuple(entries[k] for k in range(rounds) for entries in per_type if k < len(entries))
 
 
 def table_text(table: dict[str, dict[str, list[int]]]) -> str:
