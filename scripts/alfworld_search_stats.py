@@ -19,7 +19,7 @@ import time
 
 
 def receptacle_counts() -> dict[str, dict]:
-    from agentrl_env_alfworld.generate import ROOM_KINDS, load_scene, room_kind, scene_numbers
+    from agentrl_env_alfworld.scenes import ROOM_KINDS, load_scene, room_kind, scene_numbers
 
     per_room: dict[str, list[int]] = {k: [] for k in ROOM_KINDS}
     for split in ("train", "valid_unseen"):
@@ -31,7 +31,7 @@ def receptacle_counts() -> dict[str, dict]:
 
 def main(argv=None) -> int:
     from agentrl_env_alfworld.tasks import TASK_TYPES
-    from agentrl_env_alfworld.generate import ROOM_KINDS
+    from agentrl_env_alfworld.scenes import ROOM_KINDS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=3, help="games per (room kind, family)")

@@ -15,7 +15,7 @@ parsed, which columns its results have, where its recipe building blocks are. Sh
                           task_source="first_observation"),
         actions=ActionSpec(lowercase=False, fallback_chars=30),
         results=ResultSpec(title="TextCraft (success % by depth)"),
-        recipes_dir=str(Path(__file__).with_name("recipes")),
+        recipes_dir=str(Path(__file__).with_name("recipe_files")),
     )
 
 :data:`ENVS` finds a spec by ``env.name``:
@@ -183,9 +183,13 @@ def source_checkout_envs() -> dict[str, str]:
     return found
 
 
-ENVS: PluginRegistry[EnvSpec] = PluginRegistry(
-    "environment", key="env.name", check=check_env_spec, entry_point_group=ENTRY_POINT_GROUP,
-    name_of=lambda spec: spec.name, extra=source_checkout_envs)
+def new_registry() -> PluginRegistry[EnvSpec]:
+    """A registry of environments (the process has one, :data:`ENVS`; tests make fresh ones)."""
+    return PluginRegistry("environment", key="env.name", check=check_env_spec, entry_point_group=ENTRY_POINT_GROUP,
+                          name_of=lambda spec: spec.name, extra=source_checkout_envs)
+
+
+ENVS: PluginRegistry[EnvSpec] = new_registry()
 
 
 def register_env(name: str, **fields: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -218,5 +222,5 @@ def env_names() -> list[str]:
 
 
 __all__ = ["ADMISSIBLE_LAYOUTS", "ENTRY_POINT_GROUP", "ENVS", "ActionSpec", "EnvSpec", "PromptSpec", "ResultSpec",
-           "TASK_SOURCES", "check_env_spec", "env_names", "env_spec", "env_spec_or_default", "register_env",
+           "TASK_SOURCES", "check_env_spec", "env_names", "new_registry", "env_spec", "env_spec_or_default", "register_env",
            "source_checkout_envs"]

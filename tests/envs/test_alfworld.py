@@ -106,7 +106,7 @@ def env(games_dir):
 
 
 def test_generated_games_use_the_official_layout(games_dir):
-    from agentrl_env_alfworld.generate import game_logic
+    from agentrl_env_alfworld.scenes import game_logic
 
     train = list_split_games(games_dir, "train")
     assert len(train) == len(TASK_TYPES)

@@ -210,7 +210,7 @@ def test_search_solver_games_replay_to_a_win_in_small_rooms(search_games):
     import os
 
     from agentrl.envs import TaskRef, make_env
-    from agentrl_env_alfworld.generate import room_kind
+    from agentrl_env_alfworld.scenes import room_kind
 
     env = make_env("alfworld", data_dir=search_games)
     assert env.split_sizes() == {"train": 4, "valid_unseen": 2}
@@ -369,7 +369,7 @@ def test_env_kwargs_choose_the_generated_sets_solver_rooms_and_families(tmp_path
 
     from agentrl.envs import TaskRef, make_env
     from agentrl_env_alfworld.data import generated_set_key, generation_options
-    from agentrl_env_alfworld.generate import room_kind
+    from agentrl_env_alfworld.scenes import room_kind
 
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)

@@ -35,7 +35,7 @@ SPEC = EnvSpec(
     results=ResultSpec(title="ALFWorld (success %)", columns=(*TASK_TYPE_SHORT_NAMES.values(), "All"),
                        success_column="All", per_type=True, type_columns=dict(TASK_TYPE_SHORT_NAMES),
                        published=str(_HERE / "published.yaml")),
-    recipes_dir=str(_HERE / "recipes"),
+    recipes_dir=str(_HERE / "recipe_files"),
     cli="agentrl_env_alfworld.cli",
     description="ALFWorld: household tasks in TextWorld games (the real alfworld engine)",
 )

@@ -38,7 +38,8 @@ def generation_options(solver: str = DEFAULT_GENERATED_SOLVER, rooms=None, task_
     env kwargs ``generated_solver``, ``generated_rooms`` and
     ``generated_task_types`` select the solver whose walkthroughs are stored and restrict the
     room kinds and task families of a generated set."""
-    from agentrl_env_alfworld.generate import ROOM_KINDS, SOLVERS
+    from agentrl_env_alfworld.generate import SOLVERS
+    from agentrl_env_alfworld.scenes import ROOM_KINDS
     from agentrl_env_alfworld.tasks import TASK_TYPES
 
     def checked(values, allowed, key):
@@ -66,7 +67,8 @@ def cache_root() -> str:
 def generated_set_key(counts: dict[str, int], seed: int, options: dict | None = None) -> str:
     from importlib.metadata import version
 
-    from agentrl_env_alfworld.generate import GENERATOR_VERSION, game_logic
+    from agentrl_env_alfworld.generate import GENERATOR_VERSION
+    from agentrl_env_alfworld.scenes import game_logic
 
     logic = game_logic()
     fields = {"generator": GENERATOR_VERSION, "alfworld": version("alfworld"),

@@ -32,7 +32,7 @@ SPEC = EnvSpec(
     actions=ActionSpec(lowercase=False, fallback_chars=30),
     results=ResultSpec(title="TextCraft (success % by depth)", success_column="All", per_type=True,
                        published=str(_HERE / "published.yaml")),
-    recipes_dir=str(_HERE / "recipes"),
+    recipes_dir=str(_HERE / "recipe_files"),
     description="TextCraft: crafting Minecraft items from recipe commands (ADaPT)",
 )
 

@@ -44,7 +44,7 @@ SPEC = EnvSpec(
     results=ResultSpec(title="WebShop (score and success %)", columns=("Score", "Success"),
                        success_column="Success", score_column="Score", per_type=False,
                        published=str(_HERE / "published.yaml")),
-    recipes_dir=str(_HERE / "recipes"),
+    recipes_dir=str(_HERE / "recipe_files"),
     description="WebShop (text mode): finding and buying the product an instruction describes",
 )
 
