@@ -30,7 +30,7 @@ SPEC = EnvSpec(
                       task_source="info", admissible_layout="quoted"),
     actions=ActionSpec(lowercase=True, fallback_chars=30),
     results=ResultSpec(title="ScienceWorld (success % by task type)", score_column="Score"),
-    recipes_dir=str(Path(__file__).with_name("recipes")),
+    recipes_dir=str(Path(__file__).with_name("recipe_files")),
     description="ScienceWorld's 30 science task types on its own engine (scienceworld 1.2.3, Java 17)",
 )
 

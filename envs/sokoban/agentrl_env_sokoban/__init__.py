@@ -28,7 +28,7 @@ SPEC = EnvSpec(
                       admissible_layout="quoted"),
     actions=ActionSpec(lowercase=True, fallback_chars=10),
     results=ResultSpec(title="Sokoban (success %)"),
-    recipes_dir=str(Path(__file__).with_name("recipes")),
+    recipes_dir=str(Path(__file__).with_name("recipe_files")),
     description="Sokoban in text: seeded solvable rooms, four moves, gym-sokoban rewards, a BFS solver as expert",
 )
 
