@@ -157,6 +157,8 @@ def identity_episodes(env, engine, control, split: str, episodes: int, steps: in
             views = [engine_view(*bare.step(action)) for bare in (engine, control)]
             counts["steps"] += 1
             where = f"{task_type} variation {variation} step {step + 1} ({action!r})"
+        if (episode + 1) % 20 == 0:
+            print(f"[check] {episode + 1}/{episodes} episodes, {counts['steps']} steps", file=sys.stderr, flush=True)
     env.engine = recorder._engine
     return {"episodes": episodes, **counts, "task_types": len(types),
             "engine_nondeterministic_types": sorted(nondeterministic_types),
