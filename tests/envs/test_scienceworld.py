@@ -59,11 +59,13 @@ def test_identical_to_the_engine_called_directly(env, engines):
     summary = identity_episodes(env, engines[0], engines[1], "test", episodes=30, steps=2, seed=3)
     assert summary["task_types"] == 30 and summary["steps"] >= 55
     assert summary["passthrough_problems"] == 0, summary["first_passthrough_differences"]
-    assert summary["differ"] == 0 and summary["engine_self_differ"] == 0, summary["first_differences_where_engines_agree"]
+    assert summary["differ"] == 0 and summary["engine_self_differ"] == 0, \
+        summary["first_differences_where_engines_agree"]
 
 
 def test_gold_paths_score_100(env):
-    for split in ("test_find-non-living-thing", "test_chemistry-mix-paint-secondary-color", "dev_lifespan-shortest-lived"):
+    for split in ("test_find-non-living-thing", "test_chemistry-mix-paint-secondary-color",
+                  "dev_lifespan-shortest-lived"):
         result = gold_episodes(env, split, 1)
         assert result["won"] == 1, result
 

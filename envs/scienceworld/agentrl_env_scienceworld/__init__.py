@@ -4,7 +4,8 @@ in a JVM; Java 17 needed).
 ``make_env("scienceworld", max_steps=100, simplifications="", deterministic=True)``:
 ``simplifications`` is the engine's comma-separated list (``easy``, ``teleportAction``,
 ``openDoors``, ...), "" for the benchmark's setting; ``deterministic`` starts the engine's JVM so
-that a variation always gives the same world (:mod:`agentrl_env_scienceworld.engine`). The protocol is in :mod:`agentrl_env_scienceworld.env`, the splits in
+that a variation always gives the same world (:mod:`agentrl_env_scienceworld.engine`).
+The protocol is in :mod:`agentrl_env_scienceworld.env`, the splits in
 :mod:`agentrl_env_scienceworld.tasks`, the identity check against the engine in
 :mod:`agentrl_env_scienceworld.check`.
 """

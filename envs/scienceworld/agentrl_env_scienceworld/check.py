@@ -162,7 +162,8 @@ def identity_episodes(env, engine, control, split: str, episodes: int, steps: in
     env.engine = recorder._engine
     return {"episodes": episodes, **counts, "task_types": len(types),
             "engine_nondeterministic_types": sorted(nondeterministic_types),
-            "passthrough_problems": len(passthrough), "first_passthrough_differences": passthrough[:10], "first_differences_where_engines_agree": unexplained[:5]}
+            "passthrough_problems": len(passthrough), "first_passthrough_differences": passthrough[:10],
+            "first_differences_where_engines_agree": unexplained[:5]}
 
 
 def gold_episodes(env, split: str, count: int) -> dict[str, Any]:
@@ -186,7 +187,8 @@ def gold_episodes(env, split: str, count: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentrl_env_scienceworld.check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agentrl_env_scienceworld.check",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=240, help="random-action episodes (default 240)")
     parser.add_argument("--steps", type=int, default=10, help="random valid actions per episode (default 10)")
     parser.add_argument("--split", default="test", help="split whose first tasks are used (default test)")
@@ -216,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     summary["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(summary, indent=1))
     identity = summary["identity"]
-    failed = (identity["passthrough_problems"] or (deterministic and (identity["differ"] or identity["engine_self_differ"]))
+    engines_differ = identity["differ"] or identity["engine_self_differ"]
+    failed = (identity["passthrough_problems"] or (deterministic and engines_differ)
               or (args.gold and summary["gold"]["not_won"]))
     return 1 if failed else 0
 

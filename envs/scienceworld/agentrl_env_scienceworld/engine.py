@@ -46,7 +46,8 @@ def start_engine(deterministic: bool = True):
         return ScienceWorldEnv("", envStepLimit=ENGINE_STEP_LIMIT)
     with _LAUNCH_LOCK:
         before = os.environ.get("JAVA_TOOL_OPTIONS")
-        os.environ["JAVA_TOOL_OPTIONS"] = f"{before} {DETERMINISTIC_JVM_OPTIONS}" if before else DETERMINISTIC_JVM_OPTIONS
+        options = f"{before} {DETERMINISTIC_JVM_OPTIONS}" if before else DETERMINISTIC_JVM_OPTIONS
+        os.environ["JAVA_TOOL_OPTIONS"] = options
         try:
             return ScienceWorldEnv("", envStepLimit=ENGINE_STEP_LIMIT)
         finally:

@@ -11,12 +11,14 @@ score and valid-action list is the engine's, unchanged:
 * ``terminated`` is the engine's ``isCompleted`` (the task done, or failed: a negative score);
   the episode is won when the score reaches 100;
 * ``info["admissible_actions"]`` is the engine's valid action-object combinations;
-* ``info["task"]`` is the task description (without its ``Task Description:`` header), ``task_type`` the task type (``boil``),
+* ``info["task"]`` is the task description (without its ``Task Description:`` header),
+  ``task_type`` the task type (``boil``),
   ``noop`` True when the engine did not understand the command.
 
 The expert is the engine's gold action sequence for the variation. The engine makes it only when a
 task is loaded with ``generateGoldPath`` (which costs a few seconds), so :meth:`expert_actions`
-reloads the task with it right after reset (the same initial state: loading is deterministic).
+reloads the task with it right after reset (the same initial state: with the reproducible JVM a
+variation always builds the same world).
 """
 
 from __future__ import annotations
