@@ -68,7 +68,7 @@ def render() -> str:
              "Generated from `agentrl/config/schema.py`, the estimators' `Params` (`agentrl/estimators/`) and the",
              "warm-start techniques' options (`agentrl/config/sft_options.py`) by `python -m agentrl.config.reference`;",
              "do not edit by hand.",
-             "Recipes (`agentrl/recipes/`) override these defaults and `key=value` arguments override recipes, e.g.",
+             "Recipes (`recipes/`, installed as `agentrl/recipes/`) override these defaults and `key=value` arguments override recipes, e.g.",
              "`agentrl train recipe=alfworld_gigpo_qwen1.5b learner.lr=2e-6 env.group_size=4`.", ""]
     _section(Config, "", lines)
     lines.append(MACHINE_SWITCHES)
