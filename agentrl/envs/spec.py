@@ -117,6 +117,8 @@ class EnvSpec:
     beside the built-in ones; "" for none. ``cli``: a module defining ``add_cli(subparsers)`` for
     ``agentrl envs <name> ...`` subcommands, "" for none. The expert solver is the environment's
     :meth:`~agentrl.envs.base.TextEnv.expert_actions` (optional: raise NotImplementedError).
+    ``switches``: ``(switch, default, what it does)`` rows of the environment's machine-specific
+    settings (environment variables) for the configuration reference's table.
     """
 
     name: str
@@ -128,6 +130,7 @@ class EnvSpec:
     recipes_dir: str = ""
     cli: str = ""
     description: str = ""
+    switches: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def title(self) -> str:
