@@ -73,8 +73,9 @@ class PluginRegistry(Generic[T]):
 
     ``kind`` names the axis in messages ("policy loss"); ``key`` is the config key that selects one
     (``learner.policy_loss``); ``name_of(obj)`` reads a plug-in's registered name (its ``name``
-    attribute by default); ``check(obj, where)`` returns the plug-in or raises :class:`PluginError`; ``extra()`` returns more
-    ``name -> package.module:Name`` entries listed like installed ones (e.g. a source checkout's)."""
+    attribute by default); ``check(obj, where)`` returns the plug-in or raises :class:`PluginError`;
+    ``extra()`` returns more ``name -> package.module:Name`` entries, listed like installed ones (a
+    source checkout's, for instance)."""
 
     def __init__(self, kind: str, *, key: str, package: str | None = None,
                  check: Callable[[Any, str], T] | None = None, entry_point_group: str | None = None,
