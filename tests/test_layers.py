@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 # lowest first; a module may import its own layer and the ones below
 LAYERS = [
     {"__init__", "errors", "plugins", "data"},
-    {"envs", "models", "estimators", "runtime", "weights", "generation"},
+    {"envs", "models", "estimators", "policy_losses", "runtime", "weights", "generation"},
     {"config", "runs", "placement", "gateway"},
     {"rollout", "agents"},
     {"learner", "warmstart"},

@@ -4,7 +4,8 @@ The tree (``Config``) is built from the dataclass defaults, then the recipe's YA
 ``key=value`` overrides (see :mod:`agentrl.config.loading`). Three sections are generated from
 declarations that live with the code that reads them: ``algorithm`` from the estimators' ``Params``
 (agentrl.estimators), the back ends' sections of ``rollout`` (``rollout.vllm``) from their ``Settings``
-(agentrl.generation) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
+(agentrl.generation), the policy losses' sections of ``learner`` (``learner.sapo``) from their ``Params``
+(agentrl.policy_losses) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
 ...) from agentrl.config.sft_options. Field metadata:
 
 ``help``     one line shown by ``agentrl config --keys`` and in docs/configuration.md
@@ -21,6 +22,7 @@ from typing import Any, Optional
 
 from agentrl.config.modes import mode_help
 from agentrl.generation import auto_backend, builtin_backends
+from agentrl.policy_losses import AGG_MODES, KL_TYPES, PARAMS_SECTION, builtin_policy_losses
 
 
 def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
@@ -246,8 +248,15 @@ AlgorithmConfig = _algorithm_config_class()
 
 
 # --------------------------------------------------------------------------------------- learner
+def _policy_loss_help() -> str:
+    return (f"the policy-gradient loss: {', '.join(builtin_policy_losses())} (formulas, sources and what composes "
+            "with what in docs/learner.md), or a class of one's own by import path package.module:ClassName")
+
+
 @dataclass
-class LearnerConfig:
+class LearnerGeneralSettings:
+    """``learner``'s own keys; the policy losses' sections are added by :func:`_learner_config_class`."""
+
     num_ranks: int = F(1, "DeepSpeed data-parallel ranks (processes)", min=1)
     zero_stage: int = F(2, "DeepSpeed ZeRO stage", choices=(0, 1, 2, 3))
     precision: str = F("auto", "auto = bf16 on GPU, fp32 on CPU", choices=("auto", "fp32", "bf16"))
@@ -287,15 +296,55 @@ class LearnerConfig:
                                  "policy (one forward pass less per trained row; right when the backend runs the "
                                  "learner's weights in the same precision, rollout_logprob_gap near 0); only with "
                                  "trainer.mode=sync (the rollout's policy is then the learner's)")
-    loss_agg_mode: str = F("token-mean", "how token losses are averaged",
-                           choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
+    policy_loss: str = F("vanilla", _policy_loss_help())
+    loss_agg_mode: Optional[str] = F(None, "how token losses are averaged (the policy, KL and entropy terms alike); "
+                                     "null = the policy loss's own (token-mean for vanilla, seq-mean-token-mean for "
+                                     "gspo, sapo, gmpo); seq-mean-token-sum-norm is Dr. GRPO's",
+                                     choices=AGG_MODES)
+    loss_scale_factor: int = F(0, "seq-mean-token-sum-norm divides each step's token sum by this constant; 0 = "
+                               "rollout.max_response_tokens", min=0)
     kl_coef: float = F(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)
-    kl_type: str = F("low_var_kl", "KL estimator", choices=("k1", "k2", "low_var_kl"))
+    kl_type: str = F("low_var_kl", "KL estimator: k1, k2, low_var_kl (k3), k3+ (k3's value, k2's gradient), abs "
+                     "(docs/learner.md)", choices=KL_TYPES)
     entropy_coef: float = F(0.001, "entropy bonus coefficient", min=0)
     skip_zero_advantage: bool = F(False, "leave step records whose advantage is exactly 0 out of the update "
                                   "(e.g. GRPO groups whose episodes all won or all failed): with kl_coef = "
                                   "entropy_coef = 0 their gradient is zero, so this saves their forward/backward; "
                                   "otherwise their KL and entropy terms are dropped with them")
+
+
+def _learner_config_class() -> type:
+    """``learner``: the general keys (``learner.<key>``), one section per built-in policy loss that declares
+    parameters (``learner.<name>.<key>``, its ``Params``) and ``learner.policy_loss_params`` for one loaded by
+    import path, generated from the losses' declarations (agentrl.policy_losses)."""
+    hints = typing.get_type_hints(LearnerGeneralSettings)
+    general = dataclasses.fields(LearnerGeneralSettings)
+    fields: list[tuple[str, Any, Any]] = [
+        (f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                   metadata=f.metadata)) for f in general]
+    for name, loss in builtin_policy_losses().items():
+        params = dataclasses.fields(loss.Params)
+        if not params:
+            continue
+        if name in {f.name for f in general} | {PARAMS_SECTION.rpartition(".")[2]}:
+            raise ValueError(f"the {name} policy loss's parameters would hide the key learner.{name}: rename the loss")
+        param_hints = typing.get_type_hints(loss.Params)
+        section = dataclasses.make_dataclass(
+            f"{loss.__name__}LossSection",
+            [(f.name, param_hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                              metadata=f.metadata)) for f in params],
+            namespace={"__module__": __name__})
+        globals()[section.__name__] = section      # importable by name: a config pickles into Ray actors
+        fields.append((name, section, F(help=f"{loss.title or name} policy loss parameters (learner.policy_loss="
+                                              f"{name})", factory=section)))
+    fields.append((PARAMS_SECTION.rpartition(".")[2], dict,
+                   F(help="the parameters of a policy loss loaded by import path (learner.policy_loss="
+                          "package.module:ClassName), checked against its Params; built-in losses read "
+                          "learner.<name>", factory=dict)))
+    return dataclasses.make_dataclass("LearnerConfig", fields, namespace={"__module__": __name__})
+
+
+LearnerConfig = _learner_config_class()
 
 
 # ------------------------------------------------------------------------------------ sft / trainer
