@@ -50,7 +50,8 @@ def check_policy_loss_class(obj: Any, where: str) -> type[PolicyLoss]:
 
 POLICY_LOSSES: PluginRegistry[type[PolicyLoss]] = PluginRegistry(
     "policy loss", key="learner.policy_loss", package="agentrl.policy_losses.builtin",
-    check=check_policy_loss_class, entry_point_group="agentrl.policy_losses")
+    check=check_policy_loss_class, entry_point_group="agentrl.policy_losses",
+    order=lambda cls: (cls.table_rank, cls.name))
 
 
 def register_policy_loss(cls: type[PolicyLoss]) -> type[PolicyLoss]:
@@ -60,7 +61,7 @@ def register_policy_loss(cls: type[PolicyLoss]) -> type[PolicyLoss]:
 
 def builtin_policy_losses() -> dict[str, type[PolicyLoss]]:
     """The losses that ship in agentrl.policy_losses.builtin, by name, in table order."""
-    return dict(sorted(POLICY_LOSSES.builtin().items(), key=lambda item: (item[1].table_rank, item[0])))
+    return POLICY_LOSSES.builtin()
 
 
 def policy_loss_class(spec: str) -> type[PolicyLoss]:
