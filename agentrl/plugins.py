@@ -5,7 +5,7 @@ Each axis (policy losses, training modes, generation back ends, weight paths, en
 :class:`PluginRegistry`::
 
     POLICY_LOSSES = PluginRegistry("policy loss", key="learner.policy_loss",
-                                   package="agentrl.learner.policy_losses", check=check_policy_loss)
+                                   package="agentrl.policy_losses.builtin", check=check_policy_loss_class)
 
     @POLICY_LOSSES.register
     class GSPO(PolicyLoss):
