@@ -8,10 +8,10 @@ Each axis (policy losses, training modes, generation back ends, weight paths, en
                                    package="agentrl.policy_losses.builtin", check=check_policy_loss_class)
 
     @POLICY_LOSSES.register
-    class GSPO(PolicyLoss):
-        name = "gspo"
+    class ClippedPG(PolicyLoss):
+        name = "clipped_pg"
 
-    POLICY_LOSSES.get("gspo")                       # a built-in, by name
+    POLICY_LOSSES.get("clipped_pg")                 # a built-in, by name
     POLICY_LOSSES.get("my_pkg.my_module:MyLoss")    # a user's, by import path
 
 * **Built-in**: every module (or subpackage) of ``package`` is imported on first use and registers

@@ -19,6 +19,14 @@ def _policy_loss_help() -> str:
             "with what in docs/learner.md), or a class of one's own by import path package.module:ClassName")
 
 
+def _agg_mode_help() -> str:
+    by_mode = {mode: [name for name, cls in builtin_policy_losses().items() if cls.default_agg_mode == mode]
+               for mode in AGG_MODES}
+    own = "; ".join(f"{mode} for {', '.join(names)}" for mode, names in by_mode.items() if names)
+    return ("how token losses are averaged (the policy, KL and entropy terms alike); null = the policy loss's own "
+            f"({own}); seq-mean-token-sum-norm is Dr. GRPO's")
+
+
 @dataclass
 class LearnerGeneralSettings:
     """``learner``'s own keys; the policy losses' sections are added by :func:`_learner_config_class`."""
@@ -63,10 +71,7 @@ class LearnerGeneralSettings:
                                  "learner's weights in the same precision, rollout_logprob_gap near 0); only with "
                                  "trainer.mode=sync (the rollout's policy is then the learner's)")
     policy_loss: str = param("vanilla", _policy_loss_help())
-    loss_agg_mode: Optional[str] = param(None, "how token losses are averaged (the policy, KL and entropy terms alike); "
-                                     "null = the policy loss's own (token-mean for vanilla, seq-mean-token-mean for "
-                                     "gspo, sapo, gmpo); seq-mean-token-sum-norm is Dr. GRPO's",
-                                     choices=AGG_MODES)
+    loss_agg_mode: Optional[str] = param(None, _agg_mode_help(), choices=AGG_MODES)
     loss_scale_factor: int = param(0, "seq-mean-token-sum-norm divides each step's token sum by this constant; 0 = "
                                "rollout.max_response_tokens", min=0)
     kl_coef: float = param(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)

@@ -20,14 +20,14 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agentrl.config.modes import training_mode
-from agentrl.weights.base import WEIGHT_PATHS
 from agentrl.config.schema import Config
 from agentrl.errors import UsageError
-from agentrl.estimators.params import describe, violates
-from agentrl.estimators import estimator_from_config
+from agentrl.estimators import estimator_class, estimator_from_config, is_import_path
+from agentrl.estimators.params import describe, own_fields, violates
 from agentrl.generation import AUTO, BACKENDS, builtin_backends
 from agentrl.policy_losses import (build_policy_loss, check_composition, is_builtin, policy_loss_class,
                                    policy_loss_values, resolve_agg_mode)
+from agentrl.weights.base import WEIGHT_PATHS
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 BASE_DIR_NAME = "_base"
@@ -322,9 +322,6 @@ def check_policy_loss(cfg) -> None:
 def check_estimator(algorithm) -> None:
     """Load the configured estimator (a built-in name or an import path) and check its parameters;
     ``algorithm.params`` (an import-path estimator's own keys) is coerced in place."""
-    from agentrl.estimators import estimator_class, estimator_from_config, is_import_path
-    from agentrl.estimators.params import own_fields
-
     cls = estimator_class(algorithm.estimator)
     if not is_import_path(algorithm.estimator):
         if algorithm.params:

@@ -4,7 +4,7 @@ The tree (``Config``) is built from the dataclass defaults, then the recipe's YA
 ``key=value`` overrides (see :mod:`agentrl.config.loading`). Three sections are generated from
 declarations that live with the code that reads them: ``algorithm`` from the estimators' ``Params``
 (agentrl.estimators), the back ends' sections of ``rollout`` (``rollout.vllm``) from their ``Settings``
-(agentrl.generation), the policy losses' sections of ``learner`` (``learner.sapo``) from their ``Params``
+(agentrl.generation), the policy losses' sections of ``learner`` (``learner.<loss>``) from their ``Params``
 (agentrl.policy_losses, assembled in agentrl.config.learner_section) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
 ...) from agentrl.config.sft_options. Field metadata:
 
@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from agentrl.config.modes import mode_help
+from agentrl.config.sft_options import TECHNIQUES
+from agentrl.estimators import SharedParams, builtin_estimators
+from agentrl.estimators.params import own_fields
 from agentrl.generation import auto_backend, builtin_backends
 from agentrl.config.learner_section import LearnerConfig
 
@@ -211,8 +214,6 @@ RolloutConfig = _rollout_config_class()
 # ------------------------------------------------------------------------------------- algorithm
 def _section_class(estimator: type) -> type:
     """``algorithm.<name>``: the estimator's own parameters, with their defaults, help and checks."""
-    from agentrl.estimators.params import own_fields
-
     hints = typing.get_type_hints(estimator.Params)
     fields = [(f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
                                                          metadata=f.metadata))
@@ -226,7 +227,6 @@ def _algorithm_config_class() -> type:
     """``algorithm``: the estimator, the shared keys (``algorithm.<key>``), one section per built-in
     estimator (``algorithm.<name>.<key>``) and ``algorithm.params`` for one loaded by import path,
     all generated from the estimators' declarations (agentrl.estimators)."""
-    from agentrl.estimators import SharedParams, builtin_estimators
 
     names = ", ".join(builtin_estimators())
     fields: list[tuple[str, Any, Any]] = [
@@ -278,7 +278,6 @@ def _sft_config_class() -> type:
     """``trainer.sft``: the general keys (``trainer.sft.<key>``) and one section per warm-start technique
     (``trainer.sft.<technique>.<key>``), generated from the techniques' declarations
     (agentrl.config.sft_options); a section's type is the technique's own options dataclass."""
-    from agentrl.config.sft_options import TECHNIQUES
 
     hints = typing.get_type_hints(SftGeneralSettings)
     fields: list[tuple[str, Any, Any]] = [
