@@ -343,3 +343,21 @@ def test_every_builtin_loss_declares_its_docs_and_metrics():
         assert set(cls.metrics) <= set(out.metrics) and torch.isfinite(grad).all(), name
         assert issubclass(cls, PolicyLoss) and isinstance(cls().token_losses, object)
     assert LossTerms(torch.zeros(1)).clipped is None
+
+
+def test_every_builtin_loss_updates_the_learner(tmp_path):
+    from agentrl.estimators import LossOptions
+    from agentrl.learner.engine import Learner
+    from tiny_setup import learner_config, step_batch, write_tiny_model
+
+    learner = Learner(learner_config(rollout_is_cap=2.0), write_tiny_model(tmp_path / "model"))
+    batch = learner.compute_logprobs(step_batch(6, seed=5))
+    batch = batch.with_columns(rollout_logprobs=batch.old_logprobs - 0.1)
+    for name, cls in builtin_policy_losses().items():
+        learner.cfg.learner.policy_loss = name
+        options = LossOptions(action_level_ratio=cls.ratio != "none")
+        metrics = learner.update(batch, options)
+        assert metrics["optimizer_steps"] == 1 and metrics["skipped_steps"] == 0, name
+        for key in ("loss", "pg_loss", "kl_ref", "entropy", "pg_clipfrac", "ratio_mean", "grad_norm", *cls.metrics):
+            assert math.isfinite(metrics[key]), (name, key)
+        assert metrics["rollout_is_weight"] == pytest.approx(math.exp(0.1), rel=1e-5), name
