@@ -73,6 +73,7 @@ class LossSettings:
             raise ValueError(f"dual_clip_c must be 0 (off) or greater than 1, got {self.dual_clip_c}")
         if self.rollout_is_cap != 0 and self.rollout_is_cap < 1:
             raise ValueError(f"rollout_is_cap must be 0 (off) or at least 1, got {self.rollout_is_cap}")
+        self.loss  # noqa: B018 -- built now, so a bad loss parameter is refused here, not at the first step
 
     @functools.cached_property
     def loss(self) -> PolicyLoss:

@@ -265,6 +265,8 @@ def test_bad_names_and_parameters_are_one_line_errors():
         build_policy_loss("sapo", {"tau": 1.0})
     with pytest.raises(UsageError, match=r"learner.sapo.tau_pos must be float > 0, got -1"):
         build_policy_loss("sapo", {"tau_pos": -1.0})
+    with pytest.raises(UsageError, match=r"learner.sapo.tau_pos must be float > 0"):     # when the settings are built
+        LossSettings(policy_loss="sapo", loss_params={"tau_pos": -1.0})
 
 
 def user_loss_module(tmp_path, monkeypatch, module, extra=""):

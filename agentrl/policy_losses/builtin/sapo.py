@@ -1,4 +1,4 @@
-"""SAPO, soft adaptive policy optimisation (Gao et al., 2025, arXiv:2511.20347), as verl's
+"""SAPO, soft adaptive policy optimisation (2025, arXiv:2511.20347), as verl's
 ``compute_policy_loss_sapo``: a smooth gate in place of the clip."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class SAPO(PolicyLoss):
     name = "sapo"
     table_rank = 2
     title = "SAPO"
-    source = "Gao et al. 2025, Soft Adaptive Policy Optimization (arXiv:2511.20347)"
+    source = "Soft Adaptive Policy Optimization, 2025 (arXiv:2511.20347)"
     default_agg_mode = "seq-mean-token-mean"
     metrics = {"sapo_grad_weight": "mean gradient weight 4 p (1 - p) r of the trained tokens (r on PPO's "
                                    "unclipped tokens; lower = more tokens gated off)"}
