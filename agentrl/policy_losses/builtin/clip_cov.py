@@ -32,7 +32,7 @@ class ClipCov(PolicyLoss):
         clip_cov_ratio: float = param(0.0002, "share of the micro-batch's trained tokens whose gradient is cut",
                                       gt=0, max=1)
         clip_cov_lb: float = param(1.0, "a token is a candidate when its covariance exceeds this")
-        clip_cov_ub: float = param(5.0, "... and is below this")
+        clip_cov_ub: float = param(5.0, "a token is a candidate when its covariance is below this (and above clip_cov_lb)")
 
     def token_losses(self, x: LossInputs) -> LossTerms:
         p = self.params
