@@ -23,7 +23,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip"
-stamp="$VENV/.agentrl-setup-$(echo "$ENVS" | cat - pyproject.toml envs/*/pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12)"
+# the stamp: the environments asked for, agentrl's and their pyproject.toml, this script
+stamp="$VENV/.agentrl-setup-$({ echo "$ENVS"; cat pyproject.toml scripts/setup.sh; cat envs/*/pyproject.toml 2>/dev/null || true; } | sha1sum | cut -c1-12)"
 case "${AGENTRL_SETUP_VLLM_CPU:-}" in
   1|true|yes) with_vllm=1 ;;
   0|false|no) with_vllm=0 ;;

@@ -25,7 +25,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 PIP="$PY -m pip"
-stamp="$VENV/.agentrl-vllm-setup-$(echo "$ENVS" | cat - pyproject.toml envs/*/pyproject.toml scripts/setup_vllm_cpu.sh | sha1sum | cut -c1-12)"
+stamp="$VENV/.agentrl-vllm-setup-$({ echo "$ENVS"; cat pyproject.toml scripts/setup_vllm_cpu.sh; cat envs/*/pyproject.toml 2>/dev/null || true; } | sha1sum | cut -c1-12)"
 if [ -f "$stamp" ]; then
   echo "[setup-vllm] $VENV is up to date"
   exit 0
