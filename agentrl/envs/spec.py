@@ -109,13 +109,16 @@ class ResultSpec:
 class EnvSpec:
     """Everything shared code knows about one environment; see the module docstring.
 
-    ``name``: what ``env.name`` says (lower case letters, digits, ``_``; an import path for a bare
-    factory). ``make_env(**kwargs)``: one :class:`~agentrl.envs.base.TextEnv` (``max_steps`` and the
-    recipe's ``env.kwargs`` are passed as keywords). ``splits``: the main split names its tasks are
-    addressed by (documentation: listed by ``agentrl envs list``; an environment may accept more). ``recipes_dir``: a folder of recipes (``*.yaml``, runnable) and building
-    blocks (``_base/env/<name>.yaml``, ``_base/tiny/<name>.yaml``) that ``agentrl recipes`` lists
-    beside the built-in ones; "" for none. ``cli``: a module defining ``add_cli(subparsers)`` for
-    ``agentrl envs <name> ...`` subcommands, "" for none. The expert solver is the environment's
+    ``name``: what ``env.name`` says (lower case letters, digits, ``_``, ``-``; an import path for a
+    bare factory). ``make_env(**kwargs)``: one :class:`~agentrl.envs.base.TextEnv` (``max_steps``
+    and the recipe's ``env.kwargs`` are passed as keywords). ``splits``: the main split names its
+    tasks are addressed by (documentation, shown by ``agentrl envs list``; an environment may accept
+    more). ``recipes_dir``: a folder of recipes (``*.yaml``, runnable) and building blocks
+    (``_base/env/<name>.yaml``, ``_base/tiny/<name>.yaml``) that ``agentrl recipes`` lists beside
+    the built-in ones; "" for none. ``cli``: a module defining ``add_cli(subparsers)`` for
+    ``agentrl envs <name> ...`` subcommands, "" for none. ``switches``: ``(switch, default, what it
+    does)`` rows of the environment's machine-specific settings (environment variables) for the
+    configuration reference. The expert solver is the environment's
     :meth:`~agentrl.envs.base.TextEnv.expert_actions` (optional: raise NotImplementedError).
     """
 
@@ -128,6 +131,7 @@ class EnvSpec:
     recipes_dir: str = ""
     cli: str = ""
     description: str = ""
+    switches: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def title(self) -> str:
@@ -222,5 +226,5 @@ def env_names() -> list[str]:
 
 
 __all__ = ["ADMISSIBLE_LAYOUTS", "ENTRY_POINT_GROUP", "ENVS", "ActionSpec", "EnvSpec", "PromptSpec", "ResultSpec",
-           "TASK_SOURCES", "check_env_spec", "env_names", "new_registry", "env_spec", "env_spec_or_default", "register_env",
-           "source_checkout_envs"]
+           "TASK_SOURCES", "check_env_spec", "env_names", "env_spec", "env_spec_or_default", "new_registry",
+           "register_env", "source_checkout_envs"]

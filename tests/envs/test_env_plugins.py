@@ -46,7 +46,8 @@ def names_in(path: Path, root: Path = ROOT) -> list[str]:
             modules = [node.module or ""]
         else:
             continue
-        found += [f"{path.relative_to(root)}:{node.lineno}: import {m}" for m in modules if m.startswith("agentrl_env_")]
+        found += [f"{path.relative_to(root)}:{node.lineno}: import {m}"
+                  for m in modules if m.startswith("agentrl_env_")]
     return found
 
 

@@ -117,7 +117,8 @@ def test_a_bare_factory_and_a_spec_are_environments(own_package):
     assert "[\n add\n submit\n]" in text
     assert parse_response("<action>ADD</action>", "my_envs.counter:SPEC").action == "add"
     assert parse_response("x" * 40, "my_envs.counter:SPEC").action == "x" * 10
-    assert env_columns("my_envs.counter:SPEC", {"target10", "target2", "All", "Start"}) == ("target2", "target10", "All")
+    present = {"target10", "target2", "All", "Start"}
+    assert env_columns("my_envs.counter:SPEC", present) == ("target2", "target10", "All")
     # and the pool the env servers serve
     pool = EnvPool("my_envs.counter:make_env", 2, env_kwargs={"max_steps": 4})
     try:

@@ -31,7 +31,8 @@ def _list(args) -> int:
         spec = env_spec(name)
         module = sys.modules.get(spec.make_env.__module__)
         where = getattr(module, "__file__", "") or spec.make_env.__module__
-        print(f"{name:12s} {spec.description or spec.title}\n{'':12s} {where}")
+        splits = f"splits {', '.join(spec.splits)}; " if spec.splits else ""
+        print(f"{name:12s} {spec.description or spec.title}\n{'':12s} {splits}{where}")
     return 0
 
 

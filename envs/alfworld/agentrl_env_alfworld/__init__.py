@@ -38,6 +38,9 @@ SPEC = EnvSpec(
     recipes_dir=str(_HERE / "recipe_files"),
     cli="agentrl_env_alfworld.cli",
     description="ALFWorld: household tasks in TextWorld games (the real alfworld engine)",
+    switches=(("AGENTRL_ALFWORLD_ENGINE_CACHES=0", "on",
+               "ALFWorld without its engine caches (the same texts, ~15x slower steps)"),
+              ("ALFWORLD_DATA", "unset: generated games", "the official ALFWorld data (after `alfworld-download`)")),
 )
 
 __all__ = ["SPEC", "SPLITS", "TASK_TYPES", "TASK_TYPE_SHORT_NAMES", "make_alfworld", "short_task_type"]
