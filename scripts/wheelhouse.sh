@@ -10,7 +10,7 @@
 #   --python-version 3.12                   the cluster's Python (default: this interpreter's)
 #   --platform manylinux_2_28_x86_64        the cluster's platform tag (repeatable; default: this machine's)
 #   --extras dev,alfworld,vllm              agentrl's extras (default: alfworld,lora)
-#   --envs alfworld,webshop,textcraft       the environments of envs/ to include (default: all three)
+#   --envs alfworld,webshop,textcraft       the environments of envs/ to include (default: all five)
 #   --torch 'torch==2.11.0'                 the torch the cluster should get (default: torch==2.13.0)
 #   --requirements FILE                     wheel these requirements instead of agentrl's closure
 #
@@ -35,7 +35,7 @@ command=$1; dir=$2; shift 2
 case "$command" in
 build)
   pyver=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-  platforms=(); extras="alfworld,lora"; envs="alfworld,webshop,textcraft"; torch_spec="torch==2.13.0"; requirements=""
+  platforms=(); extras="alfworld,lora"; envs="alfworld,webshop,textcraft,sokoban,scienceworld"; torch_spec="torch==2.13.0"; requirements=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --python-version) pyver=$2; shift 2 ;;
