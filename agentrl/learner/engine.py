@@ -20,7 +20,8 @@ from agentrl.config.schema import Config
 from agentrl.learner import distributed
 from agentrl.learner.checkpoints import LearnerCheckpoints
 from agentrl.learner.passes import LearnerPasses, sampled_logprobs
-from agentrl.learner.setup import apply_lora, deepspeed_config, resolve_device, warn_if_zero3_on_one_rank
+from agentrl.learner.setup import (apply_lora, deepspeed_config, padding_free_works, resolve_device,
+                                   warn_if_zero3_on_one_rank)
 from agentrl.learner.update import LearnerUpdate, staleness_levels
 from agentrl.learner.weight_export import WeightExport
 from agentrl.models.loading import load_model
@@ -53,6 +54,7 @@ class Learner(LearnerPasses, LearnerUpdate, WeightExport, LearnerCheckpoints):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.lora:
             model = apply_lora(model, cfg.model)
+        self.padding_free = padding_free_works(model, lc.padding_free)
 
         self.ref_model = None
         if lc.kl_coef > 0 and not self.lora:  # with LoRA the reference is the base model, adapter disabled

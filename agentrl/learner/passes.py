@@ -4,14 +4,18 @@ of the actor and the reference, micro-batch by micro-batch (a mix-in of
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
 from agentrl.data import StepBatch
 from agentrl.learner import distributed
-from agentrl.learner.sequences import (PackedSequences, by_length, pack, pack_batch, response_positions,
-                                       sequence_lengths)
+from agentrl.learner.losses import entropy_from_logits
+from agentrl.learner.response_scores import (FinalHiddenCapture, chunked_scores, output_head, response_token_index,
+                                             scatter_rows)
+from agentrl.learner.sequences import (PackedSequences, by_length, gather_response, pack, pack_batch,
+                                       response_positions, sequence_lengths, token_budget_split)
 from agentrl.models.hidden_states import LastPromptCapture, check_hidden_index
 
 
@@ -29,10 +33,14 @@ class LearnerPasses:
 
     threads_now: Optional[Callable[[], int]]
 
-    def _forward(self, model, packed: PackedSequences):
+    def _forward(self, model, packed: PackedSequences, full_logits: bool = True):
+        """The model's output on ``packed``: with ``full_logits`` the logits of every position from the
+        shortest prompt's last token on; otherwise none (an empty list of positions to keep: the caller
+        reads the final hidden states, :meth:`_scores`)."""
         packed = packed.to(self.torch_device)
-        return model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                     position_ids=packed.position_ids, logits_to_keep=packed.logits_to_keep, use_cache=False)
+        keep = packed.logits_to_keep if full_logits else torch.zeros(0, dtype=torch.int64, device=self.torch_device)
+        return model(input_ids=packed.input_ids, attention_mask=None if packed.padding_free else packed.attention_mask,
+                     position_ids=packed.position_ids, logits_to_keep=keep, use_cache=False)
 
     def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
         """Float32 logits divided by the rollout's sampling temperature (``rollout.temperature``)."""
@@ -50,6 +58,36 @@ class LearnerPasses:
         token_logits = logits[rows, pos, response_ids.to(logits.device)]
         return torch.where(valid, token_logits - logsumexp, torch.zeros_like(logsumexp))
 
+    def _pack(self, batch: StepBatch, padding_free: bool = True) -> PackedSequences:
+        """``batch``'s rows as model input: padding-free when ``learner.padding_free`` is on and works here."""
+        return pack_batch(batch, padding_free and self.padding_free)
+
+    def _scores(self, model, packed: PackedSequences, response_ids: torch.Tensor, entropy: bool = False,
+                entropy_grad: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Log-probs [n, R] of the response tokens under ``model`` (the engine, or the reference model in
+        :meth:`_reference`) and with ``entropy`` their entropies; 0 past each response.
+
+        ``learner.logprob_chunk_tokens`` = 0 on padded rows: from the kept logits ``[n, K, V]`` at once.
+        Otherwise from the final hidden states of the response positions, that many tokens at a time
+        (:mod:`agentrl.learner.response_scores`); padding-free rows always take this path."""
+        chunk = self.cfg.learner.logprob_chunk_tokens
+        if chunk == 0 and not packed.padding_free:
+            logits = self._scaled(self._forward(model, packed).logits)
+            logprobs = self._response_logprobs(logits, packed, response_ids)
+            if not entropy:
+                return logprobs, None
+            with nullcontext() if entropy_grad else torch.no_grad():
+                return logprobs, gather_response(entropy_from_logits(logits), packed.to(logits.device))
+        module = model.module if model is self.engine else model
+        with FinalHiddenCapture(module, self.num_layers) as capture:
+            self._forward(model, packed, full_logits=False)
+        states = capture.states
+        index, valid = response_token_index(packed.to(states.device))
+        logprobs, entropies = chunked_scores(output_head(module), states.reshape(-1, states.shape[-1])[index],
+                                             response_ids.to(states.device)[valid], self.logit_temperature, chunk,
+                                             entropy, entropy_grad)
+        return scatter_rows(logprobs, valid), (scatter_rows(entropies, valid) if entropy else None)
+
     def _set_threads(self) -> None:
         if self.threads_now is not None:
             threads = self.threads_now()
@@ -61,11 +99,15 @@ class LearnerPasses:
         return pack(one, torch.ones(1, dtype=torch.int64), one, torch.zeros(1, 1), 0)
 
     def _micro_batches(self, lengths: torch.Tensor) -> list[torch.Tensor]:
-        """Row chunks of at most micro_batch_size, rows of similar ``lengths`` together (less
-        padding); as many on every rank (empty ones pad)."""
-        size = self.cfg.learner.micro_batch_size
+        """Row chunks of at most micro_batch_size (or, with ``learner.max_tokens_per_micro_batch``, of
+        at most that many tokens), rows of similar ``lengths`` together (less padding); as many on every
+        rank (empty ones pad)."""
+        lc = self.cfg.learner
         rows = len(lengths)
-        local = list(by_length(torch.arange(rows), lengths).split(size)) if rows else []
+        if lc.max_tokens_per_micro_batch > 0:
+            local = token_budget_split(torch.arange(rows), lengths, lc.max_tokens_per_micro_batch, self.padding_free)
+        else:
+            local = list(by_length(torch.arange(rows), lengths).split(lc.micro_batch_size)) if rows else []
         count = int(distributed.all_reduce_values([len(local)], "max")[0])
         return local + [torch.zeros(0, dtype=torch.int64)] * (count - len(local))
 
@@ -94,44 +136,47 @@ class LearnerPasses:
         if with_hidden:
             columns["hidden"] = hidden
         if self.cfg.learner.kl_coef > 0:
-            if self.ref_model is not None and self.ref_offloaded:
-                self.ref_model.to(self.torch_device)
-            try:
-                columns["ref_logprobs"], _ = self._logprob_pass(batch, everything, None, None)
-            finally:
-                if self.ref_model is not None and self.ref_offloaded:
-                    self.ref_model.to("cpu")
+            with self._reference() as reference:
+                columns["ref_logprobs"], _ = self._logprob_pass(batch, everything, reference, None)
         return batch.with_columns(**columns)
 
     def _logprob_pass(self, batch: StepBatch, rows: torch.Tensor, model, layer: Optional[int]
                       ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Response log-probs [len(batch), R] of ``model`` (None = the reference) on ``rows`` (0 on the
+        """Response log-probs [len(batch), R] of ``model`` (the engine or the reference) on ``rows`` (0 on the
         others) and, with a ``layer``, hidden states [len(batch), H] at the last prompt tokens."""
         logprobs = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
         hidden = torch.zeros(len(batch), self.hf_config.hidden_size) if layer is not None else None
-        forward = self._reference_forward if model is None else (lambda packed: self._forward(model, packed).logits)
         for chunk in self._micro_batches(sequence_lengths(batch)[rows]):
             self._set_threads()
             if len(chunk) == 0:         # another rank has more micro-batches: a collective per forward
-                forward(self._dummy_packed())
+                self._forward(model, self._dummy_packed())
                 continue
             chunk = rows[chunk]
             micro = batch.select(chunk)
-            packed = pack_batch(micro)
             if layer is not None:       # a hook keeps [rows, hidden] at the last prompt tokens, not every layer
+                packed = self._pack(micro, padding_free=False)
                 with LastPromptCapture(self.engine.module, layer, self.num_layers,
                                        packed.prompt_lengths - 1) as capture:
-                    logits = forward(packed)
+                    scores, _ = self._scores(model, packed, micro.response_ids)
                 hidden[chunk] = capture.states.float().cpu()
             else:
-                logits = forward(packed)
-            logprobs[chunk] = self._response_logprobs(self._scaled(logits), packed, micro.response_ids).cpu()
-            del logits
+                scores, _ = self._scores(model, self._pack(micro), micro.response_ids)
+            logprobs[chunk] = scores.cpu()
         return logprobs, hidden
 
-    def _reference_forward(self, packed: PackedSequences) -> torch.Tensor:
+    @contextmanager
+    def _reference(self) -> Iterator[Any]:
+        """The reference model to run inside it: the engine with its LoRA adapters disabled, or the
+        frozen copy (on the device while inside, when ``learner.offload_ref`` keeps it on CPU)."""
         if self.lora:
             with self.engine.module.disable_adapter():
-                return self._forward(self.engine, packed).logits
-        return self._forward(self.ref_model, packed).logits
+                yield self.engine
+            return
+        if self.ref_offloaded:
+            self.ref_model.to(self.torch_device)
+        try:
+            yield self.ref_model
+        finally:
+            if self.ref_offloaded:
+                self.ref_model.to("cpu")
 

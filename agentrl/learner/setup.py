@@ -66,3 +66,25 @@ def warn_if_zero3_on_one_rank(zero_stage: int, world_size: int) -> None:
                       "for each micro-batch (4.5x ZeRO-2's update time at 7B on one GPU, same memory); set "
                       "learner.zero_stage=2, or use ZeRO-3 with learner.num_ranks >= 2", RuntimeWarning, stacklevel=3)
 
+
+
+# attention implementations of transformers that keep padding-free rows apart: the masks of sdpa, eager and
+# flex_attention are built from position ids that restart (transformers.masking_utils), flash-attention
+# runs its variable-length kernel on the rows they mark (docs/learner.md, "Padding-free rows")
+PADDING_FREE_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+
+
+def padding_free_works(model, asked: bool) -> bool:
+    """Whether ``learner.padding_free`` (``asked``) can run on ``model``: a transformers model whose attention
+    implementation is one of :data:`PADDING_FREE_ATTENTION`; when asked but not, a one-line warning and
+    padded rows."""
+    if not asked:
+        return False
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    attention = getattr(base.config, "_attn_implementation", None)
+    if type(base).__module__.startswith("transformers.models.") and attention in PADDING_FREE_ATTENTION:
+        return True
+    warnings.warn(f"learner.padding_free=true needs a transformers model with attention {', '.join(PADDING_FREE_ATTENTION)}; "
+                  f"{type(base).__name__} runs {attention}: padded rows instead (set model.attn_implementation=sdpa, "
+                  f"or learner.padding_free=false)", RuntimeWarning, stacklevel=3)
+    return False

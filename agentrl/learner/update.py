@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 from typing import Optional
 
 import torch
@@ -15,10 +14,9 @@ from agentrl.config.schema import Config
 from agentrl.data import StepBatch
 from agentrl.estimators.base import LossOptions
 from agentrl.learner import distributed
-from agentrl.learner.losses import (ADDITIVE_METRICS, LossSettings, entropy_from_logits, inputs_finite,
-                                    loss_denominator, policy_loss)
+from agentrl.learner.losses import ADDITIVE_METRICS, LossSettings, inputs_finite, loss_denominator, policy_loss
 from agentrl.learner.passes import sampled_logprobs
-from agentrl.learner.sequences import gather_response, minibatch_plan, pack_batch, rank_micro_batches, sequence_lengths
+from agentrl.learner.sequences import minibatch_plan, rank_micro_batches, sequence_lengths
 
 RATE_METRICS = ("pg_clipfrac", "pg_clipfrac_lower", "approx_kl", "ratio_mean", "rollout_is_weight", "rollout_is_capped")
 
@@ -74,7 +72,8 @@ class LearnerUpdate:
         tokens = 0
         t0 = time.perf_counter()
         for minibatch in plan:
-            micro_rows = rank_micro_batches(minibatch, self.rank, self.world_size, lc.micro_batch_size, lengths)
+            micro_rows = rank_micro_batches(minibatch, self.rank, self.world_size, lc.micro_batch_size, lengths,
+                                            lc.max_tokens_per_micro_batch, self.padding_free)
             local = torch.cat(micro_rows)
             mask = batch.response_mask[local]
             ok = inputs_finite(mask, batch.advantages[local], batch.old_logprobs[local],
@@ -121,12 +120,10 @@ class LearnerUpdate:
 
     def _micro_step(self, batch: StepBatch, rows: torch.Tensor, settings: LossSettings, denominator: float):
         micro = batch.select(rows)
-        packed = pack_batch(micro)
-        logits = self._forward(self.engine, packed).logits
-        logits = self._scaled(logits)  # once: the log-probs and the entropy use the same tempered logits
-        logprobs = self._response_logprobs(logits, packed, micro.response_ids)
-        with nullcontext() if settings.entropy_coef > 0 else torch.no_grad():
-            entropy = gather_response(entropy_from_logits(logits), packed.to(logits.device))
+        packed = self._pack(micro)
+        # the log-probs and the entropy from the same tempered logits (learner.logprob_chunk_tokens at a time)
+        logprobs, entropy = self._scores(self.engine, packed, micro.response_ids, entropy=True,
+                                         entropy_grad=settings.entropy_coef > 0)
         device = logprobs.device
         old = micro.old_logprobs.to(device)
         out = policy_loss(logprobs, old, micro.advantages.to(device), micro.response_mask.to(device), settings,
