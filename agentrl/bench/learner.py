@@ -182,19 +182,32 @@ def _shape_model(args, cfg, scratch: str):
 
 class _StagePeak:
     """The most memory a stage adds on top of what was resident when it began, MB: the process's peak
-    resident set on CPU (VmHWM, reset first), allocated CUDA memory on a GPU."""
+    resident set on CPU (VmHWM, reset first), allocated CUDA memory on a GPU. Stages may nest: an inner
+    one's reset would hide the outer one's earlier peak, so each hands its peak to the stages around it."""
+
+    _open: list["_StagePeak"] = []
 
     def __init__(self, cuda: bool):
-        self.cuda, self.mb = cuda, 0.0
+        self.cuda, self.mb, self.inner_peak = cuda, 0.0, 0
 
     @staticmethod
     def _status_kb(key: str) -> int:
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) for line in f if line.startswith(key))
 
+    def _peak_bytes(self) -> int:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            return torch.cuda.max_memory_allocated()
+        return self._status_kb("VmHWM:") * 1024
+
     def __enter__(self) -> "_StagePeak":
         import torch
 
+        for outer in self._open:        # what the outer stages saw so far, before the reset
+            outer.inner_peak = max(outer.inner_peak, self._peak_bytes())
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -203,16 +216,15 @@ class _StagePeak:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
             self.start = self._status_kb("VmRSS:") * 1024
+        self._open.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize()
-            self.mb = (torch.cuda.max_memory_allocated() - self.start) / 1e6
-        else:
-            self.mb = (self._status_kb("VmHWM:") * 1024 - self.start) / 1e6
+        self._open.remove(self)
+        peak = max(self._peak_bytes(), self.inner_peak)
+        for outer in self._open:
+            outer.inner_peak = max(outer.inner_peak, peak)
+        self.mb = (peak - self.start) / 1e6
 
 
 def _measure_micro_steps(learner, cuda: bool) -> list[float]:
