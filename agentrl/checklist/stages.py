@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl.checklist.probes import VLLM_ENGINE_MODULE
+from agentrl.runs.smoke_report import iteration_rows, load_records, metrics_path, summarize
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -170,8 +173,6 @@ def _failed(results: dict[str, Any], name: str) -> str | None:
 
 def vllm_missing(results: dict[str, Any]) -> str | None:
     """Why the vLLM stages cannot run (the engine's entry module did not import), or None."""
-    from agentrl.checklist.probes import VLLM_ENGINE_MODULE
-
     row = results.get("imports", {}).get("numbers", {}).get("modules", {}).get(VLLM_ENGINE_MODULE)
     if row is None:
         return f"{VLLM_ENGINE_MODULE} was not imported (the imports stage did not reach it)"
@@ -265,8 +266,6 @@ def weight_sync_command(plan: Plan, results: dict[str, Any], result_path: Path) 
 def smoke_numbers(run_dir: Path, log_text: str, started_epoch: float,
                   ended_epoch: float) -> tuple[dict[str, Any], str | None]:
     """The smoke run's numbers from its metrics.jsonl, and what is wrong with them (None when sane)."""
-    from agentrl.runs.smoke_report import iteration_rows, load_records, metrics_path, summarize
-
     if not metrics_path(run_dir).is_file():
         return {}, f"the run wrote no metrics.jsonl in {run_dir}"
     records = load_records(run_dir)

@@ -17,7 +17,9 @@ stage costs the syncs and two model builds. Each path is the trainer's own code:
 Before each timed sync the actor's weights are scrambled; after it, a float64 sum over every weight
 must equal the learner's (``same_weights``): the seconds are those of a sync that delivered. The
 median over ``--repeats`` syncs after one warm-up of each path is reported, with GB/s. The result file
-is rewritten as it goes (:class:`agentrl.checklist.probes.ResultFile`).
+is rewritten as it goes (:class:`agentrl.checklist.probes.ResultFile`). Like the probes, this module imports
+torch, Ray and agentrl's modules inside the functions, so that an import that fails on the GPU machine
+is recorded in the result file instead of ending the stage before it writes one.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         if args._flush_denormals:
-            from agentrl.runtime.denormals import flush_denormals
+            from agentrl.runtime.denormals import flush_denormals    # imports torch: only the commands that compute
 
             flush_denormals()
         return int(args._run(args) or 0)

@@ -20,11 +20,14 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agentrl.config.modes import training_mode
-from agentrl.weights.base import WEIGHT_PATHS
 from agentrl.config.schema import Config
 from agentrl.errors import UsageError
-from agentrl.estimators.params import describe, violates
+from agentrl.estimators import estimator_class, estimator_from_config, is_import_path
+from agentrl.estimators.params import describe, own_fields, violates
 from agentrl.generation import AUTO, BACKENDS, builtin_backends
+from agentrl.policy_losses import (build_policy_loss, check_composition, is_builtin, policy_loss_class,
+                                   policy_loss_values, resolve_agg_mode)
+from agentrl.weights.base import WEIGHT_PATHS
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 BASE_DIR_NAME = "_base"
@@ -248,6 +251,7 @@ def load_config(recipe: str | None, overrides: list[str] | None = None, *, train
     check_backend(cfg.rollout)
     check_training_mode(cfg, training)
     check_learner(cfg.learner)
+    check_policy_loss(cfg)
     if cfg.rollout.weight_sync != "auto":
         WEIGHT_PATHS.get(cfg.rollout.weight_sync)
     return cfg  # type: ignore[return-value]
@@ -282,12 +286,42 @@ def check_learner(learner) -> None:
                          "learner.rollout_is_cap=0, or learner.recompute_logprobs=true")
 
 
+def check_policy_loss(cfg) -> None:
+    """Load the configured policy loss (a built-in name or an import path), check its parameters
+    (``learner.policy_loss_params``, the keys of one loaded by import path, is coerced in place), its
+    aggregation and what it must compose with: the estimator's action-level ratio and the behaviour
+    weight (``learner.rollout_is_cap``, on by default when the rollout runs ahead)."""
+    learner = cfg.learner
+    cls = policy_loss_class(learner.policy_loss)
+    if is_builtin(cls):
+        if learner.policy_loss_params:
+            own = (f"reads learner.{cls.name}.<key> (`agentrl config --keys` lists them)"
+                   if dataclasses.fields(cls.Params) else "has no parameters of its own")
+            raise UsageError(f"learner.policy_loss_params is for a policy loss loaded by import path; the built-in "
+                             f"{cls.name!r} {own}")
+    else:
+        fields = {f.name: f for f in dataclasses.fields(cls.Params)}
+        hints = typing.get_type_hints(cls.Params)
+        for key in learner.policy_loss_params:
+            if key not in fields:
+                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.5)
+                hint = f"; did you mean `learner.policy_loss_params.{close[0]}`?" if close else ""
+                raise UsageError(f"unknown config key `learner.policy_loss_params.{key}` for {learner.policy_loss}"
+                                 f"{hint} (its parameters: {', '.join(fields) or 'none'})")
+        learner.policy_loss_params = {key: _coerce(f"learner.policy_loss_params.{key}", value, hints[key],
+                                                   dict(fields[key].metadata))
+                                      for key, value in learner.policy_loss_params.items()}
+    build_policy_loss(learner.policy_loss, policy_loss_values(learner))
+    resolve_agg_mode(cls, learner.loss_agg_mode)
+    cap = learner.rollout_is_cap
+    behaviour_weight = bool(cap) if cap is not None else training_mode(cfg.trainer.mode).overlapped
+    check_composition(cls, action_level_ratio=estimator_from_config(cfg.algorithm).loss_options().action_level_ratio,
+                      behaviour_weight=behaviour_weight)
+
+
 def check_estimator(algorithm) -> None:
     """Load the configured estimator (a built-in name or an import path) and check its parameters;
     ``algorithm.params`` (an import-path estimator's own keys) is coerced in place."""
-    from agentrl.estimators import estimator_class, estimator_from_config, is_import_path
-    from agentrl.estimators.params import own_fields
-
     cls = estimator_class(algorithm.estimator)
     if not is_import_path(algorithm.estimator):
         if algorithm.params:

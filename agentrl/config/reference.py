@@ -1,5 +1,6 @@
 """The configuration reference (docs/configuration.md), generated from the config dataclasses
-(with the sections they generate from the estimators' and the warm-start techniques' declarations).
+(with the sections they generate from the estimators', the policy losses' and the warm-start techniques'
+declarations).
 
 ``python -m agentrl.config.reference > docs/configuration.md`` rewrites it; a test fails when the
 committed file differs from what the dataclasses say.
@@ -65,8 +66,8 @@ files go, never the numbers a recipe produces (except where a line says so).
 
 def render() -> str:
     lines = ["# Configuration reference", "",
-             "Generated from `agentrl/config/schema.py`, the estimators' `Params` (`agentrl/estimators/`) and the",
-             "warm-start techniques' options (`agentrl/config/sft_options.py`) by `python -m agentrl.config.reference`;",
+             "Generated from `agentrl/config/schema.py`, the estimators' `Params` (`agentrl/estimators/`), the policy",
+             "losses' `Params` (`agentrl/policy_losses/`) and the warm-start techniques' options (`agentrl/config/sft_options.py`) by `python -m agentrl.config.reference`;",
              "do not edit by hand.",
              "Recipes (`agentrl/recipes/`) override these defaults and `key=value` arguments override recipes, e.g.",
              "`agentrl train recipe=alfworld_gigpo_qwen1.5b learner.lr=2e-6 env.group_size=4`.", ""]

@@ -4,7 +4,8 @@ The tree (``Config``) is built from the dataclass defaults, then the recipe's YA
 ``key=value`` overrides (see :mod:`agentrl.config.loading`). Three sections are generated from
 declarations that live with the code that reads them: ``algorithm`` from the estimators' ``Params``
 (agentrl.estimators), the back ends' sections of ``rollout`` (``rollout.vllm``) from their ``Settings``
-(agentrl.generation) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
+(agentrl.generation), the policy losses' sections of ``learner`` (``learner.<loss>``) from their ``Params``
+(agentrl.policy_losses, assembled in agentrl.config.learner_section) and the warm-start techniques' sections of ``trainer.sft`` (``trainer.sft.dagger``
 ...) from agentrl.config.sft_options. Field metadata:
 
 ``help``     one line shown by ``agentrl config --keys`` and in docs/configuration.md
@@ -20,7 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from agentrl.config.modes import mode_help
+from agentrl.config.sft_options import TECHNIQUES
+from agentrl.estimators import SharedParams, builtin_estimators
+from agentrl.estimators.params import own_fields
 from agentrl.generation import auto_backend, builtin_backends
+from agentrl.config.learner_section import LearnerConfig
 
 
 def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any) -> Any:
@@ -209,8 +214,6 @@ RolloutConfig = _rollout_config_class()
 # ------------------------------------------------------------------------------------- algorithm
 def _section_class(estimator: type) -> type:
     """``algorithm.<name>``: the estimator's own parameters, with their defaults, help and checks."""
-    from agentrl.estimators.params import own_fields
-
     hints = typing.get_type_hints(estimator.Params)
     fields = [(f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
                                                          metadata=f.metadata))
@@ -224,7 +227,6 @@ def _algorithm_config_class() -> type:
     """``algorithm``: the estimator, the shared keys (``algorithm.<key>``), one section per built-in
     estimator (``algorithm.<name>.<key>``) and ``algorithm.params`` for one loaded by import path,
     all generated from the estimators' declarations (agentrl.estimators)."""
-    from agentrl.estimators import SharedParams, builtin_estimators
 
     names = ", ".join(builtin_estimators())
     fields: list[tuple[str, Any, Any]] = [
@@ -246,68 +248,7 @@ AlgorithmConfig = _algorithm_config_class()
 
 
 # --------------------------------------------------------------------------------------- learner
-@dataclass
-class LearnerConfig:
-    num_ranks: int = F(1, "DeepSpeed data-parallel ranks (processes)", min=1)
-    zero_stage: int = F(2, "DeepSpeed ZeRO stage", choices=(0, 1, 2, 3))
-    precision: str = F("auto", "auto = bf16 on GPU, fp32 on CPU", choices=("auto", "fp32", "bf16"))
-    offload_optimizer: bool = F(False, "ZeRO optimizer state offload to CPU")
-    offload_ref: bool = F(True, "keep the reference model's weights on CPU between passes")
-    cpu_shm_comm: bool = F(False, "on CPU, let DeepSpeed JIT-build its shared-memory all-reduce (about 40 s "
-                           "the first time); off = plain gloo collectives")
-    torch_threads: int = F(0, "CPU threads of a learner rank that runs in the trainer's process (learner.num_ranks=1, "
-                           "on CPU); 0 = torch's default (every core) with trainer.mode=sync; with one_step_off or async "
-                           "one share of the cores (rollout.num_workers + 1 shares) while a rollout call runs and "
-                           "every core while none does", min=0)
-    collective_timeout_s: float = F(300.0, "with learner.num_ranks > 1: how long a rank waits in a collective for "
-                                    "the others (the process group's timeout, gloo and NCCL) and how long the "
-                                    "trainer waits for a rank that has not returned after another one timed out or "
-                                    "returned; then the run stops with one line naming the rank. Must exceed the "
-                                    "longest time one rank legitimately runs ahead of the others: a model load that "
-                                    "is slower on one node, rank 0's share of a checkpoint or export "
-                                    "(docs/reliability.md)", gt=0)
-    lr: float = F(1e-6, "actor learning rate", gt=0)
-    weight_decay: float = F(0.0, "AdamW weight decay", min=0)
-    warmup_steps: int = F(0, "linear learning-rate warmup (optimizer steps)", min=0)
-    grad_clip: float = F(1.0, "gradient norm clip; 0 disables", min=0)
-    ppo_epochs: int = F(1, "passes over each iteration's data", min=1)
-    mini_batch_size: int = F(256, "step records per optimizer step", min=1)
-    micro_batch_size: int = F(32, "step records per forward/backward on one rank", min=1)
-    max_tokens_per_micro_batch: int = F(0, "cut micro-batches by tokens instead of rows: rows ordered by length "
-                                        "and packed while rows x longest row (padding-free: their sum) stays "
-                                        "within this many tokens, the ranks given about as many tokens each; "
-                                        "0 = micro_batch_size rows (docs/learner.md)", min=0)
-    logprob_chunk_tokens: int = F(1024, "response tokens whose float32 logits [tokens x vocabulary] are taken at "
-                                  "once for log-probs and entropy, forward and backward (output head on the final "
-                                  "hidden states of the response positions, checkpointed per chunk); 0 = the "
-                                  "logits of every kept position of the micro-batch at once (docs/learner.md)", min=0)
-    padding_free: bool = F(False, "concatenate a micro-batch's rows into one sequence, position ids restarting per "
-                           "row, where the attention implementation keeps rows apart (sdpa, eager, flex_attention, "
-                           "flash_attention_2/3 in transformers); otherwise padded rows, with a one-line message "
-                           "(docs/learner.md)")
-    clip_ratio_low: float = F(0.2, "PPO clip below 1", min=0, max=1)
-    clip_ratio_high: float = F(0.2, "PPO clip above 1", min=0)
-    dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages; 0 disables", off_or_gt=1)
-    rollout_is_cap: Optional[float] = F(None, "truncated importance sampling: weight each sampled token's "
-                                        "policy-gradient term by min(pi_old / pi_rollout, cap). With trainer.mode "
-                                        "one_step_off or async this is the behaviour weight of the decoupled objective "
-                                        "(docs/async.md); in sync it corrects the rollout backend's numerics (e.g. 2 "
-                                        "with bf16 vLLM); 0 disables; null = 2 with one_step_off/async, 0 with sync",
-                                        off_or_min=1)
-    recompute_logprobs: bool = F(True, "run the actor's forward pass for the old (proximal) log-probs before the "
-                                 "update; false = the rollout backend's log-probs of the sampled tokens are the old "
-                                 "policy (one forward pass less per trained row; right when the backend runs the "
-                                 "learner's weights in the same precision, rollout_logprob_gap near 0); only with "
-                                 "trainer.mode=sync (the rollout's policy is then the learner's)")
-    loss_agg_mode: str = F("token-mean", "how token losses are averaged",
-                           choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
-    kl_coef: float = F(0.01, "KL-to-reference loss coefficient; 0 disables the reference model", min=0)
-    kl_type: str = F("low_var_kl", "KL estimator", choices=("k1", "k2", "low_var_kl"))
-    entropy_coef: float = F(0.001, "entropy bonus coefficient", min=0)
-    skip_zero_advantage: bool = F(False, "leave step records whose advantage is exactly 0 out of the update "
-                                  "(e.g. GRPO groups whose episodes all won or all failed): with kl_coef = "
-                                  "entropy_coef = 0 their gradient is zero, so this saves their forward/backward; "
-                                  "otherwise their KL and entropy terms are dropped with them")
+# LearnerConfig: agentrl/config/learner_section.py (its policy-loss sections are generated)
 
 
 # ------------------------------------------------------------------------------------ sft / trainer
@@ -337,7 +278,6 @@ def _sft_config_class() -> type:
     """``trainer.sft``: the general keys (``trainer.sft.<key>``) and one section per warm-start technique
     (``trainer.sft.<technique>.<key>``), generated from the techniques' declarations
     (agentrl.config.sft_options); a section's type is the technique's own options dataclass."""
-    from agentrl.config.sft_options import TECHNIQUES
 
     hints = typing.get_type_hints(SftGeneralSettings)
     fields: list[tuple[str, Any, Any]] = [

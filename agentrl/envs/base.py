@@ -37,6 +37,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentrl.errors import UsageError
+
 REQUIRED_INFO_KEYS = ("admissible_actions", "won", "task", "task_type", "split", "index", "depth", "noop")
 
 MAX_TEXT_LENGTH = 1 << 16
@@ -99,7 +101,6 @@ class TextEnv(gym.Env, abc.ABC):
         """The expert's command for the current state, however the agent reached it: the labels of a
         DAgger pass (``trainer.sft.dagger.tasks``), where the policy drives and the expert only
         answers. Environments whose expert is a fixed plan from reset do not provide it."""
-        from agentrl.errors import UsageError
 
         raise UsageError(
             f"env {self.name!r} has no step-wise expert (expert_next_action): its expert only plans from reset, "

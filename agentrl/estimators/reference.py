@@ -21,6 +21,7 @@ from collections import defaultdict
 import torch
 
 from agentrl.data import StepBatch
+from agentrl.estimators.registry import build_params, estimator_class
 
 # ----- helpers ----------------------------------------------------------------------------------------
 def _mean(xs: list[float]) -> float:
@@ -284,7 +285,6 @@ REFERENCES = {
 def reference_advantages(name: str, batch: StepBatch, **params) -> torch.Tensor:
     """The reference advantages of estimator ``name`` with ``params`` (shared keys it does not read
     are ignored, as in :func:`agentrl.estimators.compute_advantages`)."""
-    from agentrl.estimators.registry import build_params, estimator_class
 
     resolved = build_params(estimator_class(name), params)
     return torch.tensor(REFERENCES[name](batch, resolved), dtype=torch.float64)

@@ -50,7 +50,7 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    import agentrl.estimators.builtin as package
+    import agentrl.estimators.builtin as package     # discovery: the package imports each estimator module
 
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")

@@ -36,7 +36,8 @@ class LearnerUpdate:
         """``learner.*`` and the estimator's :class:`~agentrl.estimators.LossOptions`."""
         options = options or LossOptions()
         return LossSettings.from_config(self.cfg.learner, action_level_ratio=options.action_level_ratio,
-                                        rollout_runs_ahead=training_mode(self.cfg.trainer.mode).overlapped)
+                                        rollout_runs_ahead=training_mode(self.cfg.trainer.mode).overlapped,
+                                        response_budget=self.cfg.rollout.max_response_tokens)
 
     def update(self, batch: StepBatch, options: Optional[LossOptions] = None, version: Optional[int] = None
                ) -> dict[str, float]:
@@ -60,6 +61,7 @@ class LearnerUpdate:
             raise ValueError("learner.kl_coef > 0 needs ref_logprobs: run compute_logprobs first")
         settings = self.loss_settings(options)
         mode = settings.loss_agg_mode
+        rates = RATE_METRICS + settings.loss_metrics      # the common rates and the policy loss's own
         generator = torch.Generator().manual_seed(self.cfg.trainer.seed * 1_000_003 + self.update_calls)
         plan = minibatch_plan(len(batch), lc.mini_batch_size, lc.ppo_epochs, generator)
         lengths = sequence_lengths(batch)
@@ -82,7 +84,7 @@ class LearnerUpdate:
             if bad:
                 skipped_steps += 1
                 continue
-            sums = dict.fromkeys(ADDITIVE_METRICS + RATE_METRICS + ("tokens",), 0.0)
+            sums = dict.fromkeys(ADDITIVE_METRICS + rates + ("tokens",), 0.0)
             ratio_max, ratio_min = -math.inf, math.inf
             lr = self.scheduler.get_last_lr()[0]
             for k, rows in enumerate(micro_rows):
@@ -96,14 +98,14 @@ class LearnerUpdate:
                     continue
                 for key in ADDITIVE_METRICS:
                     sums[key] += out.metrics.get(key, 0.0)
-                for key in RATE_METRICS:
+                for key in rates:
                     sums[key] += out.metrics[key] * out.num_tokens
                 sums["tokens"] += out.num_tokens
                 if out.num_tokens:
                     ratio_max, ratio_min = max(ratio_max, out.metrics["ratio_max"]), min(ratio_min, out.metrics["ratio_min"])
             self.engine.step()
             self.optimizer_steps += 1
-            steps.append(self._reduce_step_metrics(sums, ratio_max, ratio_min, lr))
+            steps.append(self._reduce_step_metrics(sums, ratio_max, ratio_min, lr, rates))
         elapsed = time.perf_counter() - t0
         self.update_calls += 1
         metrics = {key: sum(s[key] for s in steps) / len(steps) for key in steps[0]} if steps else {}
@@ -166,14 +168,14 @@ class LearnerUpdate:
         logits = self._forward(self.engine, self._dummy_packed()).logits
         self.engine.backward(logits.float().sum() * 0.0)
 
-    def _reduce_step_metrics(self, sums: dict[str, float], ratio_max: float, ratio_min: float, lr: float
-                             ) -> dict[str, float]:
+    def _reduce_step_metrics(self, sums: dict[str, float], ratio_max: float, ratio_min: float, lr: float,
+                             rates: tuple[str, ...] = RATE_METRICS) -> dict[str, float]:
         keys = list(sums)
         totals = dict(zip(keys, distributed.all_reduce_values([sums[k] for k in keys])))
         rmax, neg_rmin = distributed.all_reduce_values([ratio_max, -ratio_min], "max")
         tok = totals.pop("tokens")
         step = {key: totals[key] for key in ADDITIVE_METRICS}
-        step.update({key: totals[key] / tok if tok else 0.0 for key in RATE_METRICS})
+        step.update({key: totals[key] / tok if tok else 0.0 for key in rates})
         step.update(ratio_max=rmax if math.isfinite(rmax) else 1.0, ratio_min=-neg_rmin if math.isfinite(neg_rmin) else 1.0,
                     lr=float(lr))
         norm = self.engine.get_global_grad_norm()

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from agentrl.errors import UsageError
-from agentrl.placement.plan import PlacementPlan
+from agentrl.placement.plan import PlacementPlan, describe_cluster, plan_placement
 from agentrl.runtime.actor_slots import ActorSlot
-from agentrl.runtime.ray_start import PLACEMENT_AMOUNT
+from agentrl.runtime.ray_start import PLACEMENT_AMOUNT, start_ray
 
 ROLE_CPUS = 1.0         # what a learner rank, a rollout worker and an env server each ask for
 
@@ -261,9 +261,6 @@ def reserve_for_run(cfg, log: Callable[[str], None] = print) -> Reservation:
     on its nodes (:class:`~agentrl.placement.plan.InfeasiblePlan` when it does not fit), its group
     reserved, and a one-rank learner in this process pointed at the GPU reserved for it
     (``LOCAL_RANK``, which the learner's process group takes its device from)."""
-    from agentrl.placement.plan import describe_cluster, plan_placement
-    from agentrl.runtime.ray_start import start_ray
-
     start_ray(cfg)
     plan = plan_placement(cfg, node_gpus=cluster_node_gpus())
     log(f"placement: {plan.layout} layout, {plan.gpus_used} GPUs of {describe_cluster(plan.node_gpus)}")

@@ -54,6 +54,7 @@ from typing import Callable, Sequence
 from agentrl.data.step_batch import StepBatch
 from agentrl.envs.base import TaskRef
 from agentrl.generation.base import Generation, GenerationBackend, SamplingParams
+from agentrl.models import stop_token_ids as default_stop_ids
 from agentrl.rollout.episode import Episode, EpisodeResult, StepReward
 from agentrl.rollout.guidance import all_failed_groups, play_guided_episodes
 from agentrl.rollout.parsing import parse_response
@@ -216,8 +217,6 @@ class RolloutEngine:
                  env_name: str | None = None, instance_ids: Sequence[int] | None = None,
                  stop_token_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
                  record_transcripts: bool | None = None):
-        from agentrl.models import stop_token_ids as default_stop_ids
-
         self.backend = backend
         self.tokenizer = tokenizer
         self.client = env_client

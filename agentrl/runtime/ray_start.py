@@ -21,6 +21,8 @@ import os
 import time
 from typing import Callable, Sequence
 
+from agentrl.errors import UsageError
+
 RAY_START_ATTEMPTS = 3
 RETRY_WAIT_S = 5.0          # before the second attempt; doubled before each later one
 STARTUP_TIMEOUT_TEXT = "timed out during startup"
@@ -64,8 +66,6 @@ def check_placement(cfg) -> None:
     """Every custom resource ``placement.*`` names is offered by a node of the cluster; else one line
     naming the resource, the ones the nodes offer, and how to add it."""
     import ray
-
-    from agentrl.errors import UsageError
 
     remember_nodes()
     offered = sorted({name for node in ray.nodes() if node.get("Alive") for name in custom_resources(node)})

@@ -12,11 +12,11 @@ from typing import Callable
 
 from agentrl.config import Config
 from agentrl.config.modes import training_mode
+from agentrl.rollout.workers import available_cores as cores
+from agentrl.runtime.denormals import warn_unless_flushed
 
 
 def available_cores() -> int:
-    from agentrl.rollout.workers import available_cores as cores
-
     return cores()
 
 
@@ -26,8 +26,6 @@ def prepare_local_learner(cfg: Config, device: str) -> bool:
     threads. True when the learner runs here on CPU."""
     if device != "cpu" or cfg.learner.num_ranks != 1:
         return False
-    from agentrl.runtime.denormals import warn_unless_flushed
-
     warn_unless_flushed()
     if learner_threads(cfg):
         import torch

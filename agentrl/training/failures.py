@@ -29,6 +29,7 @@ from agentrl.errors import UsageError
 from agentrl.learner.rank_calls import LearnerHangError
 from agentrl.rollout.engine import EnvFailureLimitError
 from agentrl.rollout.worker_calls import RolloutHangError
+from agentrl.runtime.ray_start import lost_node_text
 
 
 def ray_failures() -> tuple[type[BaseException], ...]:
@@ -97,8 +98,6 @@ class FailureStop:
     def actor_lost(self, iteration: int, err: Exception) -> None:
         """Stop with one line naming the lost node and the last complete checkpoint."""
         from ray.exceptions import RayActorError
-
-        from agentrl.runtime.ray_start import lost_node_text
 
         what = lost_node_text(err)
         if not isinstance(err, RayActorError) and not what.startswith("lost "):

@@ -7,6 +7,8 @@ from typing import Any
 
 from agentrl.config import Config
 from agentrl.estimators import Estimator, estimator_from_config, registered_names
+from agentrl.evaluation.inspector import save_batch
+from agentrl.models import load_tokenizer
 
 
 def rollout_hidden_layer(cfg: Config, estimator: Estimator) -> int | None:
@@ -27,8 +29,6 @@ class BatchRecorder:
         self.every, self.run, self.estimator_name = cfg.logging.save_batches, run, cfg.algorithm.estimator
         self.tokenizer = None
         if self.every:
-            from agentrl.models import load_tokenizer
-
             self.tokenizer = load_tokenizer(model_dir)
 
     def wants(self, iteration: int) -> bool:
@@ -36,8 +36,6 @@ class BatchRecorder:
 
     def save(self, iteration: int, batch, result) -> dict[str, float]:
         """Save ``batch`` (estimated), its decoded responses and ``result``'s episodes; the size saved."""
-        from agentrl.evaluation.inspector import save_batch
-
         lengths = (batch.response_mask > 0).sum(dim=1).tolist()
         responses = self.tokenizer.batch_decode([ids[:n] for ids, n in zip(batch.response_ids.tolist(), lengths)])
         episodes: list[dict[str, Any]] = [

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 
+from agentrl.rollout.validation import summarize
+
 
 def episode_metrics(result, prefix: str = "rollout/") -> dict[str, float]:
-    from agentrl.rollout.validation import summarize
-
     summary = summarize(result.episodes)
     metrics = summary.metrics(prefix)
     batch = result.batch

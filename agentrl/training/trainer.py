@@ -31,14 +31,26 @@ from typing import Any, Optional
 
 from agentrl.config import Config, config_to_dict
 from agentrl.estimators import Estimator, estimator_from_config
+from agentrl.evaluation.plots import plot_run
 from agentrl.generation import engine_gpus, planned_backend
+from agentrl.learner.engine import resolve_device
+from agentrl.learner.group import LearnerGroup
+from agentrl.placement.reservation import reserve_for_run
 from agentrl.rollout.guidance import sampled_rows_of_guided_groups
+from agentrl.rollout.sources import rollout_source
+from agentrl.rollout.validation import eval_tasks, validate
+from agentrl.rollout.worker_group import RolloutWorkerGroup
 from agentrl.runs.directory import CheckpointNotWritten, RunDirectory, TrainerState
 from agentrl.runs.task_schedule import TaskSchedule
 from agentrl.runs.tracking import GpuMemory, Phases, Tracker
+from agentrl.runtime.ray_start import start_ray
+from agentrl.training.cpu_cores import core_policy, prepare_local_learner, rollout_thread_shares
 from agentrl.training.failures import FailureStop
 from agentrl.training.inspection import BatchRecorder, rollout_hidden_layer
 from agentrl.training.metrics import PromptCutWarning, episode_metrics, rollout_logprob_gap
+from agentrl.training.modes import check_mode_layout, warn_if_uncorrected
+from agentrl.training.weight_sync import weight_sync_for
+from agentrl.warmstart.starting_policy import starting_policy
 
 
 def guided_advantages(batch, advantages):
@@ -89,27 +101,15 @@ class Trainer:
     def reserve_placement(self) -> None:
         """GPU runs: the placement plan, reserved before anything starts (agentrl.placement); CPU runs have none."""
         if self.learner_device() == "cuda":
-            from agentrl.placement.reservation import reserve_for_run
-
             self.placement = reserve_for_run(self.cfg, log=self.tracker.status)
 
     def prepare_policy(self) -> str:
         """The starting policy as a model directory (tiny: trained tokenizer, model, SFT warm start)."""
-        from agentrl.warmstart.starting_policy import starting_policy
-
         return starting_policy(self.cfg, self.run, log=lambda m: self.tracker.log(m, step=0),
                                status=self.tracker.status)
 
     def build(self, model_dir: str) -> None:
         """Learner, rollout workers (with their env servers), weight sync and rollout source."""
-        from agentrl.learner.group import LearnerGroup
-        from agentrl.rollout.sources import rollout_source
-        from agentrl.rollout.worker_group import RolloutWorkerGroup
-        from agentrl.runtime.ray_start import start_ray
-        from agentrl.training.cpu_cores import core_policy, prepare_local_learner, rollout_thread_shares
-        from agentrl.training.modes import check_mode_layout, warn_if_uncorrected
-        from agentrl.training.weight_sync import weight_sync_for
-
         cfg = self.cfg
         start_ray(cfg)
         device = self.learner_device()
@@ -141,8 +141,6 @@ class Trainer:
         self.recorder = BatchRecorder(cfg, self.run, model_dir)
 
     def learner_device(self) -> str:
-        from agentrl.learner.engine import resolve_device
-
         return "cuda" if resolve_device(self.cfg.trainer.device) == "cuda" else "cpu"
 
     # ----- the loop ------------------------------------------------------------------------------
@@ -264,8 +262,6 @@ class Trainer:
         return where
 
     def validate(self, iteration: int) -> dict[str, float]:
-        from agentrl.rollout.validation import eval_tasks, validate
-
         cfg = self.cfg
         split = cfg.eval.split or cfg.env.eval_split
         tasks = eval_tasks(TaskSchedule.split_sizes(cfg.env), split, cfg.eval.num_tasks)
@@ -287,8 +283,6 @@ class Trainer:
     def plot(self) -> None:
         """The run's learning_curve.png, redrawn from metrics.jsonl (a failure is a warning: it must
         not end a run)."""
-        from agentrl.evaluation.plots import plot_run
-
         try:
             plot_run(self.run.path, self.run.name)
         except Exception as err:  # noqa: BLE001

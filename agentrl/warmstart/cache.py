@@ -25,6 +25,8 @@ from pathlib import Path
 
 import agentrl
 from agentrl.config import Config
+from agentrl.config.sft_options import TECHNIQUES
+from agentrl.warmstart.demonstrations import demonstration_split
 
 # the environment and rollout settings that shape the demonstrations, prompts and tokenizer corpus
 ENV_KEYS = ("name", "max_steps", "train_split", "history_length", "history_count_repeats", "kwargs")
@@ -44,7 +46,6 @@ FLAT_NAMES = {"dagger.tasks": "dagger_tasks", "dagger.rounds": "dagger_rounds", 
 def _flat_sft_settings(cfg: Config) -> dict:
     """``trainer.sft``'s settings that shape the warm start, one flat dict: the general keys, then
     each technique's keys under their :data:`FLAT_NAMES`."""
-    from agentrl.config.sft_options import TECHNIQUES
 
     sft = dataclasses.asdict(cfg.trainer.sft)
     flat = {k: v for k, v in sft.items() if k not in SFT_KEYS_NOT_IN_KEY and k not in TECHNIQUES}
@@ -59,7 +60,6 @@ def warm_start_settings(cfg: Config) -> dict:
     demonstrations come from (``trainer.sft.split`` or ``env.train_split``), so a run doing RL on
     another split finds the warm start of a run that trained on the demonstration split, and
     keys made before ``trainer.sft.split`` existed stay the same."""
-    from agentrl.warmstart.demonstrations import demonstration_split
 
     env = dataclasses.asdict(cfg.env)
     env["train_split"] = demonstration_split(cfg)

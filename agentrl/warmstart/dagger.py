@@ -24,9 +24,13 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from agentrl.envs import TaskRef, make_env
+from agentrl.generation import make_backend
+from agentrl.models import load_tokenizer, stop_token_ids
+from agentrl.rollout.engine import encode_prompts, make_sampling_params
 from agentrl.rollout.parsing import LOWERCASE_ENVS, parse_response
 from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
 from agentrl.warmstart.demonstrations import Demonstration
+from agentrl.warmstart.process_pool import spawned_pool
 
 
 @dataclass
@@ -61,7 +65,6 @@ def policy_demonstrations(env_name: str, env_kwargs: dict, split: str, indices: 
     workers = max(1, min(workers, len(indices)))
     if workers == 1:
         return _play_and_label(indices, *args)
-    from agentrl.warmstart.process_pool import spawned_pool
 
     chunks = [indices[w::workers] for w in range(workers)]
     with spawned_pool(workers, "the DAgger pass") as pool:
@@ -78,10 +81,6 @@ def _play_and_label(indices: list[int], env_name: str, env_kwargs: dict, split: 
                     history_length: int, count_repeats: bool, max_steps: int, batch: int,
                     threads: int | None = None) -> DaggerResult:
     import torch
-
-    from agentrl.models import load_tokenizer, stop_token_ids
-    from agentrl.generation import make_backend
-    from agentrl.rollout.engine import encode_prompts, make_sampling_params
 
     if threads:
         torch.set_num_threads(threads)

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from agentrl.envs import TaskRef, make_env
+from agentrl.errors import UsageError
+from agentrl.rollout.parsing import LOWERCASE_ENVS, parse_response
 from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
-from agentrl.rollout.parsing import LOWERCASE_ENVS
+from agentrl.runs.task_schedule import TaskSchedule
+from agentrl.warmstart.process_pool import spawned_pool
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,6 @@ def _play_in_processes(env_name: str, env_kwargs: dict, split: str, indices: lis
                        show_admissible: bool, recovery_variants: int, workers: int):
     """``(index, demonstrations)`` of every index, played in ``workers`` spawned processes, each
     taking every ``workers``-th index (games of one family are spread evenly)."""
-    from agentrl.warmstart.process_pool import spawned_pool
 
     workers = min(workers, len(indices))
     chunks = [indices[w::workers] for w in range(workers)]
@@ -159,8 +161,6 @@ def action_kind(action: str) -> str:
 
 def demonstration_action(demo: Demonstration, env_name: str) -> str:
     """The expert action a demonstration's response holds."""
-    from agentrl.rollout.parsing import parse_response
-
     return parse_response(demo.response, env_name).action
 
 
@@ -177,7 +177,6 @@ def repeat_by_action(demos: list[Demonstration], repeats: dict, env_name: str) -
     is an action kind (:func:`action_kind`: ``take``) or a kind after the kind of the action taken
     just before (``go after take``: ALFWorld's turn from searching to carrying); the second is the
     more specific and wins when both match."""
-    from agentrl.errors import UsageError
 
     for kind, count in repeats.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -199,7 +198,6 @@ def demonstration_split(cfg) -> str:
     """The split whose expert episodes SFT and the tokenizer corpus use: ``trainer.sft.split``, or
     ``env.train_split`` when that is unset. A split the environment does not have is a usage error
     naming the key that set it."""
-    from agentrl.runs.task_schedule import TaskSchedule
 
     split, key = (cfg.trainer.sft.split, "trainer.sft.split") if cfg.trainer.sft.split else \
         (cfg.env.train_split, "env.train_split")

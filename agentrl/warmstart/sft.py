@@ -22,8 +22,9 @@ from agentrl.envs import make_env
 from agentrl.models import load_model, load_tokenizer
 from agentrl.models.tokenizer import IM_END
 from agentrl.rollout.prompts import render_chat
-from agentrl.warmstart.demonstrations import (
-    Demonstration, demonstration_env_kwargs, demonstration_split, expert_episodes, repeat_by_action)
+from agentrl.warmstart.dagger import policy_demonstrations
+from agentrl.warmstart.demonstrations import (Demonstration, demonstration_env_kwargs, demonstration_split,
+                                              expert_episodes, repeat_by_action)
 
 IGNORE_INDEX = -100
 STATUS_EVERY_S = 60.0   # a progress line at most this often during a training phase (and at its end)
@@ -89,7 +90,6 @@ def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 def _dagger_demonstrations(cfg, model_dir: str, split: str):
     """The greedy episodes of the model in ``model_dir`` on ``trainer.sft.dagger.tasks`` training tasks
     (the first ones of the SFT order), every state labelled by the env's expert (agentrl.warmstart.dagger)."""
-    from agentrl.warmstart.dagger import policy_demonstrations
 
     sft, env = cfg.trainer.sft, cfg.env
     start = time.time()

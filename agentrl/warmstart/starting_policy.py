@@ -17,11 +17,12 @@ from agentrl.config import Config
 from agentrl.errors import UsageError
 from agentrl.models import is_model_dir, prepare_initial_model
 from agentrl.models.loading import TINY
+from agentrl.warmstart import cache
+from agentrl.warmstart.demonstrations import corpus_texts, demonstration_env_kwargs, demonstration_split
+from agentrl.warmstart.sft import run_sft
 
 
 def corpus_builder(cfg: Config) -> Callable[[], list[str]]:
-    from agentrl.warmstart.demonstrations import corpus_texts, demonstration_env_kwargs, demonstration_split
-
     def build() -> list[str]:
         return corpus_texts(cfg.env.name, demonstration_env_kwargs(cfg), demonstration_split(cfg),
                             cfg.tokenizer.corpus_tasks, history_length=cfg.env.history_length,
@@ -67,9 +68,6 @@ def starting_policy(cfg: Config, run, log: Callable[[dict], None] | None = None,
 def warm_start(cfg: Config, model: str, sft_dir: Path, log: Callable[[dict], None] | None,
                status: Callable[[str], None] | None = None) -> str:
     """SFT ``model`` into ``sft_dir``, or copy the same warm start from ``trainer.sft.cache_dir``."""
-    from agentrl.warmstart import cache
-    from agentrl.warmstart.sft import run_sft
-
     entry = cache.cache_entry(cfg)
     if entry is not None and is_model_dir(entry):
         cache.copy_model_dir(entry, sft_dir)

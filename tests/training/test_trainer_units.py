@@ -272,7 +272,7 @@ def test_settings_that_contradict_the_training_mode_are_refused(overrides, messa
 def test_a_gpu_run_reserves_its_placement_before_anything_starts(tmp_path, monkeypatch, device, reserved):
     """On GPUs the plan's placement group comes first: a refusal there leaves no policy built and no
     actor started; a CPU run makes no plan at all."""
-    import agentrl.placement.reservation as reservation
+    import agentrl.training.trainer as trainer_module
     from agentrl.placement import InfeasiblePlan
     from agentrl.training.trainer import Trainer
 
@@ -291,7 +291,7 @@ def test_a_gpu_run_reserves_its_placement_before_anything_starts(tmp_path, monke
         calls.append("build")
         raise Stop
 
-    monkeypatch.setattr(reservation, "reserve_for_run", refuse)
+    monkeypatch.setattr(trainer_module, "reserve_for_run", refuse)     # the name the trainer calls
     monkeypatch.setattr(Trainer, "learner_device", lambda self: device)
     monkeypatch.setattr(Trainer, "prepare_policy", lambda self: calls.append("policy") or str(tmp_path))
     monkeypatch.setattr(Trainer, "build", build)

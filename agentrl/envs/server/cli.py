@@ -6,6 +6,8 @@ import json
 import os
 
 from agentrl.envs import ENV_NAMES
+from agentrl.envs.server.auth import read_token_file, refuse_open_bind, token_from_env
+from agentrl.envs.server.http_server import serve
 from agentrl.errors import UsageError
 
 
@@ -42,9 +44,6 @@ def add_cli(subparsers) -> None:
 
 
 def run_serve(args) -> int:
-    from agentrl.envs.server.auth import read_token_file, refuse_open_bind, token_from_env
-    from agentrl.envs.server.http_server import serve
-
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as err:

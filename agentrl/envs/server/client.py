@@ -238,7 +238,7 @@ class EnvClient:
             num_cpus_per_shard: float = 1.0, timeout: float = DEFAULT_TIMEOUT_S,
             factory: Callable[[], Any] | None = None) -> "EnvClient":
         """Start ``num_shards`` pool actors (closed with the client) and connect to them."""
-        from agentrl.envs.server.ray_pool import launch_ray_shards
+        from agentrl.envs.server.ray_pool import launch_ray_shards    # Ray only where Ray pools are asked for: agent processes use HTTP
 
         actors = launch_ray_shards(env_name, size, env_kwargs, num_shards, num_cpus_per_shard, factory=factory)
         return cls.ray_actors(actors, timeout, owned=True)

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from agentrl.envs.server.client import DEFAULT_TIMEOUT_S, EnvClient, EnvServerError, HttpTransport, ResetResult, \
-    StepResult
+from agentrl.envs.server.client import (DEFAULT_TIMEOUT_S, EnvClient, EnvRequestError, EnvServerError,
+                                        HttpTransport, ResetResult, StepResult)
 from agentrl.errors import UsageError
 
 RECHECK_S = 30.0        # a server marked down is probed again after this
@@ -173,8 +173,6 @@ class ServerSet:
     # ----- calls ---------------------------------------------------------------------------------
     def _check(self, routed_id: Any) -> tuple[int, int]:
         if not isinstance(routed_id, int) or isinstance(routed_id, bool) or not 0 <= routed_id < self.size:
-            from agentrl.envs.server.client import EnvRequestError
-
             raise EnvRequestError(400, f"unknown instance id {routed_id!r}: these env servers hold 0..{self.size - 1}")
         return self.routes[routed_id]
 

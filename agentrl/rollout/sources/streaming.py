@@ -40,6 +40,7 @@ from typing import Iterator
 from agentrl.rollout.group_pool import GroupSpec
 from agentrl.rollout.sources.base import RolloutSource, Taken
 from agentrl.rollout.sources.buffer import GroupBuffer, TakenBatch, add_stats, merge_groups
+from agentrl.rollout.worker_calls import check_progress
 
 STATE_FILE = "stream.json"
 TAKE_WAIT_S = 1.0           # how long one take call waits on a worker for a finished group
@@ -173,8 +174,6 @@ class StreamingRollout(RolloutSource):
         return 1
 
     def check_progress(self) -> None:
-        from agentrl.rollout.worker_calls import check_progress
-
         if self.hang_timeout_s > 0 and time.monotonic() - self.last_progress > self.hang_timeout_s / 4:
             check_progress(list(enumerate(self.workers.workers)), self.hang_timeout_s)
 
