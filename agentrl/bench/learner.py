@@ -49,13 +49,13 @@ from agentrl.bench._common import cpu_name, run_report
 
 HELP = "learner time and memory of one iteration (learner pass + PPO update) at each learner.precision / variant"
 WARMUP_ROWS = 64
-# learner settings each --variants name stands for ("{budget}": --max-tokens)
+# learner settings each --variants name stands for ("{budget}": --max-tokens, "{chunk}": --chunk-tokens)
 VARIANTS = {
     "today": ["learner.logprob_chunk_tokens=0"],
-    "chunked": ["learner.logprob_chunk_tokens=1024"],
+    "chunked": ["learner.logprob_chunk_tokens={chunk}"],
     "token_budget": ["learner.logprob_chunk_tokens=0", "learner.max_tokens_per_micro_batch={budget}"],
     "padding_free": ["learner.logprob_chunk_tokens=0", "learner.padding_free=true"],
-    "all": ["learner.logprob_chunk_tokens=1024", "learner.max_tokens_per_micro_batch={budget}",
+    "all": ["learner.logprob_chunk_tokens={chunk}", "learner.max_tokens_per_micro_batch={budget}",
             "learner.padding_free=true"],
 }
 # a Qwen2.5 decoder scaled to a CPU (head size 64, Qwen2.5's 1:2 key/value heads and ~5.4x MLP, tied
@@ -88,6 +88,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-tokens", type=int, default=0,
                         help="the token budget of the token_budget and all variants (default: micro-batch size x "
                              "mean row length)")
+    parser.add_argument("--chunk-tokens", type=int, default=1024,
+                        help="learner.logprob_chunk_tokens of the chunked and all variants (default 1024)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for every row (repeatable), e.g. learner.micro_batch_size=4")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's default)")
@@ -256,7 +258,7 @@ def _rows(args, cfg, batch) -> dict[str, list[str]]:
     for precision in precisions:
         for variant in variants or [None]:
             name = precision if variant is None else (variant if len(precisions) == 1 else f"{precision} {variant}")
-            settings = [s.format(budget=budget) for s in VARIANTS.get(variant, [])]
+            settings = [s.format(budget=budget, chunk=args.chunk_tokens) for s in VARIANTS.get(variant, [])]
             rows[name] = list(args.set) + [f"learner.precision={precision}"] + settings
     return rows
 
