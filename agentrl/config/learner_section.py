@@ -56,6 +56,19 @@ class LearnerGeneralSettings:
     ppo_epochs: int = param(1, "passes over each iteration's data", min=1)
     mini_batch_size: int = param(256, "step records per optimizer step", min=1)
     micro_batch_size: int = param(32, "step records per forward/backward on one rank", min=1)
+    max_tokens_per_micro_batch: int = param(0, "cut micro-batches by tokens instead of rows: rows ordered by length "
+                                            "and packed while rows x longest row (padding-free: their sum) stays "
+                                            "within this many tokens, the ranks given about as many tokens each; "
+                                            "0 = micro_batch_size rows (docs/learner.md)", min=0)
+    logprob_chunk_tokens: int = param(1024, "response tokens whose float32 logits [tokens x vocabulary] are taken at "
+                                      "once for log-probs and entropy, forward and backward (output head on the "
+                                      "final hidden states of the response positions, checkpointed per chunk); 0 = "
+                                      "the logits of every kept position of the micro-batch at once "
+                                      "(docs/learner.md)", min=0)
+    padding_free: bool = param(False, "concatenate a micro-batch's rows into one sequence, position ids restarting "
+                               "per row, where the attention implementation keeps rows apart (sdpa, eager, "
+                               "flex_attention, flash_attention_2/3 in transformers); otherwise padded rows, with a "
+                               "one-line message (docs/learner.md)")
     clip_ratio_low: float = param(0.2, "PPO clip below 1", min=0, max=1)
     clip_ratio_high: float = param(0.2, "PPO clip above 1", min=0)
     dual_clip_c: float = param(3.0, "dual-clip bound for negative advantages; 0 disables", off_or_gt=1)

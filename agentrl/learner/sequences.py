@@ -27,6 +27,7 @@ class PackedSequences:
     response_lengths: torch.Tensor  # [n]
     response_width: int            # R, the batch's response column count
     keep_from: int                 # first position whose logits are needed (the shortest prompt's last token)
+    padding_free: bool = False     # the rows concatenated into one row [1, sum of lengths] (no padding)
 
     @property
     def logits_to_keep(self) -> int:
@@ -50,8 +51,10 @@ def response_lengths(response_mask: torch.Tensor) -> torch.Tensor:
 
 
 def pack(prompt_ids: torch.Tensor, prompt_lengths: torch.Tensor, response_ids: torch.Tensor,
-         response_mask: torch.Tensor, pad_id: int) -> PackedSequences:
-    """Concatenate each row's real prompt and response tokens into a right-padded batch."""
+         response_mask: torch.Tensor, pad_id: int, padding_free: bool = False) -> PackedSequences:
+    """Concatenate each row's real prompt and response tokens into a right-padded batch; with
+    ``padding_free`` the rows then follow each other in one row of their summed length, position ids
+    restarting at 0 for each (the attention must keep them apart; the learner checks that it does, docs/learner.md)."""
     n = prompt_ids.shape[0]
     p_len = prompt_lengths.to(torch.int64)
     if bool((p_len < 1).any()):
@@ -71,12 +74,18 @@ def pack(prompt_ids: torch.Tensor, prompt_lengths: torch.Tensor, response_ids: t
     attention_mask = (in_prompt | in_response).to(torch.int64)
     position_ids = torch.where(attention_mask.bool(), cols, torch.zeros_like(cols)).contiguous()
     keep_from = int(p_len.min()) - 1 if n else 0
+    if padding_free and n:
+        real = attention_mask.bool()
+        input_ids, position_ids = input_ids[real].unsqueeze(0), position_ids[real].unsqueeze(0)
+        attention_mask = torch.ones_like(input_ids)
+        keep_from = input_ids.shape[1] - 1
     return PackedSequences(input_ids.contiguous(), attention_mask, position_ids, p_len, r_len,
-                           int(response_ids.shape[1]), keep_from)
+                           int(response_ids.shape[1]), keep_from, padding_free and n > 0)
 
 
-def pack_batch(batch: StepBatch) -> PackedSequences:
-    return pack(batch.prompt_ids, batch.prompt_lengths, batch.response_ids, batch.response_mask, batch.pad_id)
+def pack_batch(batch: StepBatch, padding_free: bool = False) -> PackedSequences:
+    return pack(batch.prompt_ids, batch.prompt_lengths, batch.response_ids, batch.response_mask, batch.pad_id,
+                padding_free)
 
 
 def response_positions(packed: PackedSequences) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,8 +127,39 @@ def by_length(rows: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
     return rows[torch.argsort(lengths[rows], stable=True)]
 
 
+def token_budget_split(rows: torch.Tensor, lengths: torch.Tensor, max_tokens: int, padding_free: bool = False
+                       ) -> list[torch.Tensor]:
+    """``rows`` ordered by their ``lengths`` (indexed by row) and cut into consecutive micro-batches of at
+    most ``max_tokens`` tokens each: padded, rows x the longest row; ``padding_free``, their sum. A row
+    longer than the budget is a micro-batch of its own."""
+    ordered = by_length(rows, lengths)
+    chunks: list[torch.Tensor] = []
+    start, longest, total = 0, 0, 0
+    for i, length in enumerate(lengths[ordered].tolist()):
+        longest, total = max(longest, length), total + length
+        cost = total if padding_free else longest * (i - start + 1)
+        if cost > max_tokens and i > start:
+            chunks.append(ordered[start:i])
+            start, longest, total = i, length, length
+    if len(ordered):
+        chunks.append(ordered[start:])
+    return chunks
+
+
+def token_balanced_parts(minibatch: torch.Tensor, lengths: torch.Tensor, world_size: int) -> list[torch.Tensor]:
+    """``minibatch`` shared among ``world_size`` ranks with about as many tokens each: longest rows first,
+    each to the rank with the fewest tokens so far (ties: the lowest rank)."""
+    loads, parts = [0] * world_size, [[] for _ in range(world_size)]
+    for row in by_length(minibatch, lengths).flip(0).tolist():
+        rank = loads.index(min(loads))
+        parts[rank].append(row)
+        loads[rank] += int(lengths[row])
+    return [torch.tensor(part, dtype=torch.int64) for part in parts]
+
+
 def rank_micro_batches(minibatch: torch.Tensor, rank: int, world_size: int, micro_batch_size: int,
-                       lengths: torch.Tensor | None = None) -> list[torch.Tensor]:
+                       lengths: torch.Tensor | None = None, max_tokens: int = 0, padding_free: bool = False
+                       ) -> list[torch.Tensor]:
     """This rank's micro-batches of one mini-batch.
 
     The mini-batch is split into ``world_size`` contiguous parts and this rank's part into the
@@ -128,7 +168,19 @@ def rank_micro_batches(minibatch: torch.Tensor, rank: int, world_size: int, micr
     With ``lengths`` (every row's packed length, :func:`sequence_lengths`) a rank orders its part
     by length before cutting it, so each micro-batch pads to about its own rows' length; the rows
     of each rank, and so the summed gradient, are the same either way.
+
+    With ``max_tokens`` > 0 (``learner.max_tokens_per_micro_batch``, needs ``lengths``) the ranks are
+    given about as many tokens each (:func:`token_balanced_parts`) and each rank cuts its part by the
+    token budget (:func:`token_budget_split`); every rank plans every rank's part, so all run as many
+    micro-batches (the shorter plans end with empty ones) without a collective. The loss of every
+    micro-batch is divided by the whole mini-batch's denominator, so the summed gradient does not
+    depend on how the rows are cut.
     """
+    if max_tokens > 0 and lengths is not None:
+        plans = [token_budget_split(part, lengths, max_tokens, padding_free)
+                 for part in token_balanced_parts(minibatch, lengths, world_size)]
+        count = max(len(plan) for plan in plans)
+        return plans[rank] + [torch.zeros(0, dtype=torch.int64)] * (count - len(plans[rank]))
     per_rank = math.ceil(len(minibatch) / world_size)
     count = max(1, math.ceil(per_rank / micro_batch_size))
     part = by_length(torch.tensor_split(minibatch, world_size)[rank], lengths)

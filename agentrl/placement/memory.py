@@ -12,13 +12,18 @@ or ``model.tiny``); ``P_t`` is what the learner trains (P, or the LoRA adapters 
   ZeRO-1 and above; none on the GPU with ``learner.offload_optimizer``);
 * the reference model (``learner.kl_coef > 0`` without LoRA): a full bf16 copy ``2 P`` on every
   rank, all the time, or only during the learner pass with ``learner.offload_ref``;
-* activations of one micro-batch (``learner.micro_batch_size`` records m, each at the config's
-  length bounds: T = ``max_prompt_tokens + max_response_tokens`` tokens, R = ``max_response_tokens``
-  of them scored), hidden size h, MLP size I, L layers, vocabulary V:
-  with ``model.gradient_checkpointing`` ``L x mT x 2h`` bytes (each layer's bf16 input) plus one
-  layer recomputed ``mT x 2(8h + 3I)``, without it ``L x mT x 2(8h + 3I)``; plus the scored
-  logits ``m R V x 4`` bytes three times (fp32 logits, their log-softmax, its gradient). The learner
-  pass (no gradients) keeps one layer's and two copies of the logits;
+* activations of one micro-batch: ``m`` records at the config's length bounds, T =
+  ``max_prompt_tokens + max_response_tokens`` tokens each, R = ``max_response_tokens`` of them scored
+  (m = ``learner.micro_batch_size``, or with ``learner.max_tokens_per_micro_batch`` B as many as fit:
+  ``max(1, B // T)``), hidden size h, MLP size I, L layers, vocabulary V: with
+  ``model.gradient_checkpointing`` ``L x mT x 2h`` bytes (each layer's bf16 input) plus one layer
+  recomputed ``mT x 2(8h + 3I)``, without it ``L x mT x 2(8h + 3I)``; plus float32 logits of S positions
+  ``S V x 4`` bytes three times (the logits, their softmax, its gradient). S is what
+  ``learner.logprob_chunk_tokens`` C bounds: ``min(C, mR)`` in chunks (the response positions only, one
+  chunk at a time forward and backward, docs/learner.md); with C = 0 ``mR`` on padding-free rows and
+  ``mT`` on padded ones (the logits are kept from the shortest prompt's last token on, which in a
+  micro-batch of mixed lengths is most of every row). The learner pass (no gradients) keeps one layer's
+  activations and two copies of the logits;
 * 1 GB for the process's CUDA context and allocator slack.
 
 Records at the bounds make the activations a high figure; the one measured point went the other
@@ -45,7 +50,7 @@ from agentrl.models.shapes import ModelShape, known_shape, shape_of_config
 
 GB = 1e9
 CONTEXT_GB = 1.0            # a GPU process's CUDA context and allocator slack
-LOGIT_COPIES_UPDATE = 3     # fp32 logits, their log-softmax, its gradient
+LOGIT_COPIES_UPDATE = 3     # fp32 logits, their softmax, its gradient
 LOGIT_COPIES_PASS = 2
 
 
@@ -123,6 +128,13 @@ class LearnerMemory:
                 f"{self.update:.1f}; learner pass + {pass_text} = {self.learner_pass:.1f}")
 
 
+def logit_positions(lc, rows: int, row_tokens: int, response_tokens: int) -> int:
+    """How many positions' float32 logits one micro-batch of ``rows`` records holds at once (S above)."""
+    if lc.logprob_chunk_tokens > 0:
+        return min(lc.logprob_chunk_tokens, rows * response_tokens)
+    return rows * (response_tokens if lc.padding_free else row_tokens)
+
+
 def learner_memory(cfg, shape: ModelShape) -> LearnerMemory:
     lc, model, rollout = cfg.learner, cfg.model, cfg.rollout
     ranks = lc.num_ranks
@@ -136,10 +148,11 @@ def learner_memory(cfg, shape: ModelShape) -> LearnerMemory:
     has_reference = lc.kl_coef > 0 and model.lora_rank == 0
     reference = 2 * params if has_reference else 0
     h, inner, layers = shape.hidden_size, shape.intermediate_size, shape.num_layers
-    m = lc.micro_batch_size
-    tokens = m * (rollout.max_prompt_tokens + rollout.max_response_tokens)
+    row = rollout.max_prompt_tokens + rollout.max_response_tokens
+    m = max(1, lc.max_tokens_per_micro_batch // row) if lc.max_tokens_per_micro_batch else lc.micro_batch_size
+    tokens = m * row
     one_layer = tokens * 2 * (8 * h + 3 * inner)
-    logits = m * rollout.max_response_tokens * shape.vocab_size * 4
+    logits = logit_positions(lc, m, row, rollout.max_response_tokens) * shape.vocab_size * 4
     stored = layers * tokens * 2 * h + one_layer if model.gradient_checkpointing else layers * one_layer
     return LearnerMemory(weights=weights / GB, grads=grads / GB, optimizer=optimizer / GB,
                          reference=0.0 if lc.offload_ref else reference / GB,
@@ -181,5 +194,5 @@ def shared_gpu_memory(cfg, learner: LearnerMemory, rollout: EngineMemory) -> Sha
                            learner_phase=learner.peak + rollout.asleep, overlapped=False)
 
 
-__all__ = ["GB", "LearnerMemory", "SharedGpuMemory", "learner_memory", "memory_inputs", "model_shape",
+__all__ = ["GB", "LearnerMemory", "SharedGpuMemory", "learner_memory", "logit_positions", "memory_inputs", "model_shape",
            "rollout_memory", "shared_gpu_memory", "weight_bytes"]

@@ -170,10 +170,10 @@ def test_without_recompute_the_sampled_rows_keep_the_rollouts_log_probs(model_di
     actor_rows = []
     forward = learner._forward
 
-    def counting_forward(model, packed):
+    def counting_forward(model, packed, *args, **kwargs):
         if model is learner.engine:
             actor_rows.append(len(packed.prompt_lengths))
-        return forward(model, packed)
+        return forward(model, packed, *args, **kwargs)
 
     learner._forward = counting_forward
     try:

@@ -150,10 +150,10 @@ REFUSALS = [
     ((SEVEN_B, "learner.num_ranks=1", "rollout.num_workers=3"), dict(node_gpus=(6, 6, 1)),
      "rollout engine 2 needs 4 free GPUs on one node and no node has them (free GPUs per node: 1, 2, 1); lower "
      "rollout.vllm.tensor_parallel_size or rollout.num_workers, or add nodes"),
-    ((SEVEN_B, "learner.micro_batch_size=32"), dict(nodes=1, gpus_per_node=8),
-     "a learner rank needs an estimated 91.8 GB of its GPU"),
+    ((SEVEN_B, "learner.micro_batch_size=64"), dict(nodes=1, gpus_per_node=8),
+     "a learner rank needs an estimated 94.2 GB of its GPU"),
     ((SEVEN_B, "placement.layout=colocated"), dict(nodes=1, gpus_per_node=8),
-     "a GPU shared by a learner rank and a rollout engine needs an estimated 103.2 GB"),
+     "a GPU shared by a learner rank and a rollout engine needs an estimated 99.4 GB"),
     ((SEVEN_B, "rollout.vllm.gpu_memory_utilization=0.05"), dict(nodes=1, gpus_per_node=8),
      "rollout.vllm.gpu_memory_utilization=0.05 gives vLLM 4.0 GB of each engine GPU (of placement.gpu_memory_gb=80), "
      "less than its 3.8 GB share of the weights plus 1 GB of KV cache; raise rollout.vllm.gpu_memory_utilization or "
@@ -201,10 +201,10 @@ def test_the_7b_learner_estimate_by_hand():
     tokens = 8 * (2048 + 512)                                           # micro-batch 8 at the length bounds
     one_layer = tokens * 2 * (8 * 3584 + 3 * 18944)
     checkpoints = 28 * tokens * 2 * 3584
-    logits = 8 * 512 * 152064 * 4
-    assert learner.activations == pytest.approx((checkpoints + one_layer + 3 * logits) / 1e9)      # 15.09
-    assert learner.pass_activations == pytest.approx((one_layer + 2 * logits) / 1e9)               # 8.49
-    assert learner.peak == pytest.approx(31.462 + 15.231 + 8.485, abs=0.005)                       # 55.18
+    logits = 1024 * 152064 * 4         # learner.logprob_chunk_tokens of the 8 x 512 response positions at a time
+    assert learner.activations == pytest.approx((checkpoints + one_layer + 3 * logits) / 1e9)      # 9.48
+    assert learner.pass_activations == pytest.approx((one_layer + 2 * logits) / 1e9)               # 4.75
+    assert learner.peak == pytest.approx(31.462 + 15.231 + 4.748, abs=0.005)                       # 51.44
     assert plan.gpu(0, 0).memory_gb == learner.peak
     assert rollout.budget == pytest.approx(48.0) and rollout.weights == pytest.approx(2 * p / 4 / 1e9)
     assert plan.gpu(0, 7).memory_gb == pytest.approx(48.0)

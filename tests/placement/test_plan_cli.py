@@ -20,7 +20,7 @@ def test_the_plan_of_the_7b_recipe_on_one_node_of_eight(capsys):
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == "alfworld_bipace_qwen7b on 1 node x 8 GPUs of 80 GB: split layout, 8 of 8 GPUs used"
-    assert "  GPU 0  learner rank 0                               55.2 GB" in lines
+    assert "  GPU 0  learner rank 0                               51.4 GB" in lines
     assert "  GPU 7  rollout engine 0 [4/4]                       48.0 GB" in lines
     assert any(line.startswith("  learner rank: weights 3.8 + grads 3.8 + AdamW 22.8 + CUDA 1.0 = 31.5 resident")
                for line in lines)

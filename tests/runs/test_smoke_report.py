@@ -139,13 +139,13 @@ def test_the_trainer_still_logs_the_keys_the_report_reads():
     # the trainer's loop and the metrics it logs (agentrl/training/, since the modules were grouped)
     trainer = "".join((ROOT / "agentrl" / "training" / name).read_text() for name in ("trainer.py", "metrics.py"))
     tracking = (ROOT / "agentrl" / "runs" / "tracking.py").read_text()
-    engine = (ROOT / "agentrl" / "learner" / "engine.py").read_text()
+    update = (ROOT / "agentrl" / "learner" / "update.py").read_text()   # Learner.update
     # phase timings are time/<phase>_s (agentrl.runs.tracking.Phases), iteration time their sum
     assert 'f"time/{name}_s"' in tracking and '"time/iteration_s"' in tracking
     for name in ("rollout", "learner_pass", "update", "sync", "sleep"):
         assert f'phase("{name}")' in trainer, name
     for key in ("response_tokens", "step_records", "learner/rollout_logprob_gap_max"):
         assert key in trainer, key
-    assert "tokens_per_s=" in engine
+    assert "tokens_per_s=" in update
     for key in ("time/iteration_s", "time/rollout_s", "rollout/response_tokens", "learner/tokens_per_s"):
         assert key in RUN_RECORD, key
