@@ -74,12 +74,16 @@ class PluginRegistry(Generic[T]):
     ``kind`` names the axis in messages ("policy loss"); ``key`` is the config key that selects one
     (``learner.policy_loss``); ``name_of(obj)`` reads a plug-in's registered name (its ``name``
     attribute by default); ``check(obj, where)`` returns the plug-in or raises :class:`PluginError`;
-    ``order(obj)`` sorts the built-in plug-ins in lists and messages (registration order by default)."""
+    ``order(obj)`` sorts the built-in plug-ins in lists and messages (registration order by default);
+    ``extra()`` returns more ``name -> package.module:Name`` entries, listed like installed ones (a
+    source checkout's, for instance)."""
 
     def __init__(self, kind: str, *, key: str, package: str | None = None,
                  check: Callable[[Any, str], T] | None = None, entry_point_group: str | None = None,
-                 name_of: Callable[[Any], str] | None = None, order: Callable[[Any], Any] | None = None):
+                 name_of: Callable[[Any], str] | None = None, order: Callable[[Any], Any] | None = None,
+                 extra: Callable[[], dict[str, str]] | None = None):
         self.kind, self.key, self.package = kind, key, package
+        self._extra = extra   # more ``name -> package.module:Name`` entries, found after the entry points
         self._check = check or (lambda obj, where: obj)
         self._name_of = name_of or (lambda obj: getattr(obj, "name", ""))
         self._order = order
@@ -116,6 +120,10 @@ class PluginRegistry(Generic[T]):
             for point in importlib.metadata.entry_points(group=self.entry_point_group):
                 if point.name not in self._builtin:
                     self._installed.setdefault(point.name, point.value)
+        if self._extra:
+            for name, value in self._extra().items():
+                if name not in self._builtin:
+                    self._installed.setdefault(name, value)
 
     # ----- looking up --------------------------------------------------------------------------
     def builtin(self) -> dict[str, T]:

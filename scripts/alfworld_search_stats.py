@@ -1,7 +1,7 @@
 """Measure the searching ALFWorld expert on generated games, per room kind and task family.
 
 For every (room kind, family) it generates ``--n`` games with the offline generator (scenes of that
-room kind only), plays the searching expert (:func:`agentrl.envs.alfworld.expert.search_action`)
+room kind only), plays the searching expert (:func:`agentrl_env_alfworld.expert.search_action`)
 in the real engine and prints one JSON line per game: won, episode length, the omniscient plan's
 length, engine seconds (wall and CPU) per step and per reset, and the first observation's size.
 ``--summary`` prints per-room receptacle counts of all train scenes first (no engine needed).
@@ -19,7 +19,7 @@ import time
 
 
 def receptacle_counts() -> dict[str, dict]:
-    from agentrl.envs.alfworld.generate import ROOM_KINDS, load_scene, room_kind, scene_numbers
+    from agentrl_env_alfworld.scenes import ROOM_KINDS, load_scene, room_kind, scene_numbers
 
     per_room: dict[str, list[int]] = {k: [] for k in ROOM_KINDS}
     for split in ("train", "valid_unseen"):
@@ -30,8 +30,8 @@ def receptacle_counts() -> dict[str, dict]:
 
 
 def main(argv=None) -> int:
-    from agentrl.envs.alfworld.tasks import TASK_TYPES
-    from agentrl.envs.alfworld.generate import ROOM_KINDS
+    from agentrl_env_alfworld.tasks import TASK_TYPES
+    from agentrl_env_alfworld.scenes import ROOM_KINDS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=3, help="games per (room kind, family)")
@@ -45,9 +45,9 @@ def main(argv=None) -> int:
     parser.add_argument("--summary", action="store_true", help="print receptacle counts per room kind first")
     args = parser.parse_args(argv)
 
-    from agentrl.envs.alfworld.engine import load_engine_env
-    from agentrl.envs.alfworld.expert import SearchExpert
-    from agentrl.envs.alfworld.generate import generate_game
+    from agentrl_env_alfworld.engine import load_engine_env
+    from agentrl_env_alfworld.expert import SearchExpert
+    from agentrl_env_alfworld.generate import generate_game
 
     tok = None
     if args.tokenizer:

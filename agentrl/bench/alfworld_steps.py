@@ -1,7 +1,7 @@
 """``agentrl bench alfworld-steps``: ALFWorld engine steps/s in one process and over a process pool.
 
 For each pool size of ``--workers`` (default 1 and the number of cores), as many envs as workers run
-in an :class:`~agentrl.envs.alfworld.pool.ALFWorldPool`, one per process. Each of ``--episodes``
+in an :class:`~agentrl_env_alfworld.pool.ALFWorldPool`, one per process. Each of ``--episodes``
 rounds resets every env to the next game of ``--split`` and plays up to ``--steps`` random
 admissible commands. Step time and reset time (loading a game) are timed separately; both are
 wall-clock over the whole pool, so with N processes they count the steps of all of them.
@@ -32,9 +32,9 @@ def add_arguments(parser) -> None:
 def measure_pool(workers: int, data_dir: str | None, split: str = "valid_seen", episodes: int = 6,
                  steps: int = 20, seed: int = 0) -> dict[str, Any]:
     """Random admissible play on ``workers`` envs, one per process; steps/s and resets/s overall."""
-    from agentrl.envs.alfworld.data import resolve_data_dir
-    from agentrl.envs.alfworld.pool import ALFWorldPool
-    from agentrl.envs.alfworld.tasks import list_split_games
+    from agentrl_env_alfworld.data import resolve_data_dir
+    from agentrl_env_alfworld.pool import ALFWorldPool
+    from agentrl_env_alfworld.tasks import list_split_games
 
     data_dir = resolve_data_dir(data_dir)
     n_games = len(list_split_games(data_dir, split))

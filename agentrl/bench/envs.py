@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any, Iterator
 
-from agentrl.envs import ENV_NAMES, TaskRef, make_env
+from agentrl.envs import TaskRef, env_names, make_env
 
 HELP = "environment steps/s: in process and through the pool server over Ray and HTTP"
 INVALID_COMMAND = "look at the sky"
@@ -36,8 +36,8 @@ def add_served_pool_arguments(parser) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--envs", default=",".join(ENV_NAMES),
-                        help=f"comma-separated environments (default: {','.join(ENV_NAMES)})")
+    names = ",".join(env_names())
+    parser.add_argument("--envs", default=names, help=f"comma-separated environments (default: {names})")
     add_served_pool_arguments(parser)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray measurement")
     parser.add_argument("--no-http", action="store_true", help="skip the HTTP measurement")

@@ -75,7 +75,7 @@ def _kwargs(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _phase_generate(spec: dict[str, Any]) -> dict[str, Any]:
-    from agentrl.envs.webshop.dataset import generated_catalogue_dir
+    from agentrl_env_webshop.dataset import generated_catalogue_dir
     start = time.perf_counter()
     directory = generated_catalogue_dir(spec["num_products"], 0, spec["cache_dir"])
     size = sum(p.stat().st_size for p in directory.iterdir())
@@ -84,7 +84,7 @@ def _phase_generate(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _phase_build(spec: dict[str, Any]) -> dict[str, Any]:
-    from agentrl.envs.webshop.dataset import load_webshop_data
+    from agentrl_env_webshop.dataset import load_webshop_data
     start = time.perf_counter()
     data = load_webshop_data(**_kwargs(spec))
     seconds = time.perf_counter() - start
@@ -105,8 +105,8 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 def _phase_load(spec: dict[str, Any]) -> dict[str, Any]:
     from agentrl.bench.webshop_steps import play_expert, play_random_walk
     from agentrl.envs import TaskRef, make_env
-    from agentrl.envs.webshop import dataset
-    from agentrl.envs.webshop.dataset import load_webshop_data
+    from agentrl_env_webshop import dataset
+    from agentrl_env_webshop.dataset import load_webshop_data
 
     base_rss = _rss_mb()
     start = time.perf_counter()
@@ -179,8 +179,8 @@ def _run_phase(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 def measure(args) -> dict[str, Any]:
     from agentrl.bench._common import cpu_name
-    from agentrl.envs.webshop.catalogue import FULL_NUM_PRODUCTS
-    from agentrl.envs.webshop.dataset import default_cache_root
+    from agentrl_env_webshop.catalogue import FULL_NUM_PRODUCTS
+    from agentrl_env_webshop.dataset import default_cache_root
 
     spec = {"data_dir": args.data_dir, "num_products": args.num_products,
             "cache_dir": args.cache_dir or str(default_cache_root()), "queries": args.queries,
@@ -204,8 +204,8 @@ def measure(args) -> dict[str, Any]:
 def _phase_locate(spec: dict[str, Any]) -> dict[str, Any]:
     from pathlib import Path
 
-    from agentrl.envs.webshop import products as prod
-    from agentrl.envs.webshop.dataset import cache_key
+    from agentrl_env_webshop import products as prod
+    from agentrl_env_webshop.dataset import cache_key
     paths = prod.original_file_paths(spec["data_dir"])
     root = Path(spec["cache_dir"])
     return {"cache_dir": str(root / f"index-{cache_key(root, paths, spec['num_products'], 0, True)}")}

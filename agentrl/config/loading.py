@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from agentrl.config.modes import training_mode
 from agentrl.config.schema import Config
+from agentrl.envs.spec import ENVS, env_spec
 from agentrl.errors import UsageError
 from agentrl.estimators import estimator_class, estimator_from_config, is_import_path
 from agentrl.estimators.params import describe, own_fields, violates
@@ -34,9 +35,19 @@ BASE_DIR_NAME = "_base"
 
 
 # ------------------------------------------------------------------------------------- recipes
+def env_recipe_dirs() -> list[Path]:
+    """The recipe folders the environments found declare (``EnvSpec.recipes_dir``)."""
+    return [Path(spec.recipes_dir) for spec in map(env_spec, ENVS.names()) if spec.recipes_dir]
+
+
+def _recipe_dirs(recipes_dir: Path) -> list[Path]:
+    """Where recipes are looked for: ``recipes_dir``, and with the built-in folder the environments' too."""
+    return [recipes_dir, *env_recipe_dirs()] if recipes_dir == RECIPES_DIR else [recipes_dir]
+
+
 def recipe_names(recipes_dir: Path = RECIPES_DIR) -> list[str]:
     """Names of the runnable recipes (files under ``_base/`` are building blocks)."""
-    return sorted(p.stem for p in recipes_dir.glob("*.yaml"))
+    return sorted({p.stem for folder in _recipe_dirs(recipes_dir) for p in folder.glob("*.yaml")})
 
 
 def recipe_path(name: str, recipes_dir: Path = RECIPES_DIR) -> Path:
@@ -44,9 +55,10 @@ def recipe_path(name: str, recipes_dir: Path = RECIPES_DIR) -> Path:
     as_path = Path(name)
     if as_path.suffix in (".yaml", ".yml") and as_path.is_file():
         return as_path
-    path = recipes_dir / f"{name}.yaml"
-    if path.is_file():
-        return path
+    for folder in _recipe_dirs(recipes_dir):
+        path = folder / f"{name}.yaml"
+        if path.is_file():
+            return path
     close = difflib.get_close_matches(name, recipe_names(recipes_dir), n=5, cutoff=0.5)
     hint = f" Close names: {', '.join(close)}." if close else ""
     raise UsageError(f"unknown recipe {name!r}.{hint} Run `agentrl recipes` to list them all.")
@@ -92,6 +104,18 @@ def move_old_keys(data: dict[str, Any], source: Path) -> dict[str, Any]:
     return data
 
 
+def _base_file(root: Path, entry: str) -> Path | None:
+    """The building block ``entry`` (``env/textcraft``): in the recipe's own ``_base/``, else in the
+    built-in one, else in an environment's (its package ships ``_base/env/<name>.yaml``)."""
+    for folder in (root, RECIPES_DIR):
+        if (folder / BASE_DIR_NAME / f"{entry}.yaml").is_file():
+            return folder / BASE_DIR_NAME / f"{entry}.yaml"
+    for folder in env_recipe_dirs():
+        if (folder / BASE_DIR_NAME / f"{entry}.yaml").is_file():
+            return folder / BASE_DIR_NAME / f"{entry}.yaml"
+    return None
+
+
 def compose_recipe(path: Path, _seen: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
     """The recipe's layers in merge order: its defaults (recursively), then its own keys."""
     if path in _seen:
@@ -104,9 +128,11 @@ def compose_recipe(path: Path, _seen: tuple[Path, ...] = ()) -> list[dict[str, A
     root = next((d for d in path.parents if (d / BASE_DIR_NAME).is_dir()), path.parent)
     layers: list[dict[str, Any]] = []
     for entry in defaults:
-        base = root / BASE_DIR_NAME / f"{entry}.yaml"
-        if not base.is_file():
-            raise UsageError(f"{path}: default {entry!r} not found (looked for {base})")
+        base = _base_file(root, entry)
+        if base is None:
+            raise UsageError(f"{path}: default {entry!r} not found (looked for {root / BASE_DIR_NAME / entry}.yaml, "
+                             "in the built-in recipes and in the environments' recipes_dir; is its environment "
+                             "installed?)")
         layers.extend(compose_recipe(base, _seen + (path,)))
     layers.append(data)
     return layers
@@ -247,6 +273,7 @@ def load_config(recipe: str | None, overrides: list[str] | None = None, *, train
     except OmegaConfBaseException as err:
         raise UsageError(f"cannot resolve an interpolation in the config: {err}") from None
     cfg = build_dataclass(Config, resolved)
+    env_spec(cfg.env.name)      # a bad env.name or spec fails here, before anything starts
     check_estimator(cfg.algorithm)
     check_backend(cfg.rollout)
     check_training_mode(cfg, training)

@@ -12,6 +12,7 @@ import dataclasses
 import typing
 
 from agentrl.config.schema import Config
+from agentrl.envs.spec import env_names, env_spec
 from agentrl.estimators.params import describe
 
 
@@ -54,14 +55,17 @@ files go, never the numbers a recipe produces (except where a line says so).
 | `AGENTRL_NATIVE=0` | on where a C compiler exists | the BiGPO hidden-state clustering without its compiled kernel (numpy; the same labels, 2-3x slower) |
 | `CC` | `cc`, then `gcc` | the compiler that builds that kernel on first use |
 | `AGENTRL_BIGPO_BF16=0` / `=1` | `auto`: on where the CPU has AVX512-BF16 or AMX and the accumulation check passes | the kernel's bfloat16 screen (the same labels; docs/estimators.md) |
-| `AGENTRL_CACHE_DIR` | `$XDG_CACHE_HOME/agentrl` or `~/.cache/agentrl` | where the compiled kernel and generated ALFWorld games are kept |
-| `AGENTRL_ALFWORLD_ENGINE_CACHES=0` | on | ALFWorld without its engine caches (the same texts, ~15x slower steps) |
-| `ALFWORLD_DATA` | unset: generated games | the official ALFWorld data (after `alfworld-download`) |
-| `learner.cpu_shm_comm` | `false` | multi-rank CPU learners: DeepSpeed's shared-memory all-reduce (a ~40 s JIT build) instead of gloo |
+| `AGENTRL_CACHE_DIR` | `$XDG_CACHE_HOME/agentrl` or `~/.cache/agentrl` | where the compiled kernel and environments' generated data are kept |
+{env_switches}| `learner.cpu_shm_comm` | `false` | multi-rank CPU learners: DeepSpeed's shared-memory all-reduce (a ~40 s JIT build) instead of gloo |
 | `learner.precision`, `model.dtype` | `auto`: bf16 on GPU, fp32 on CPU | the numeric format (a recipe's numbers depend on it) |
 | `trainer.device` | `auto`: cuda when visible | where the learner runs |
 | `RAY_ADDRESS` | unset: a local Ray cluster | join a running Ray cluster (docs/multinode.md) |
 """
+
+
+def _env_switches() -> list[tuple[str, str, str]]:
+    """The switches the environments found declare (``EnvSpec.switches``), by environment name."""
+    return [row for name in sorted(env_names()) for row in env_spec(name).switches]
 
 
 def render() -> str:
@@ -69,10 +73,11 @@ def render() -> str:
              "Generated from `agentrl/config/schema.py`, the estimators' `Params` (`agentrl/estimators/`), the policy",
              "losses' `Params` (`agentrl/policy_losses/`) and the warm-start techniques' options (`agentrl/config/sft_options.py`) by `python -m agentrl.config.reference`;",
              "do not edit by hand.",
-             "Recipes (`agentrl/recipes/`) override these defaults and `key=value` arguments override recipes, e.g.",
+             "Recipes (`recipes/`, installed as `agentrl/recipes/`) override these defaults and `key=value` arguments override recipes, e.g.",
              "`agentrl train recipe=alfworld_gigpo_qwen1.5b learner.lr=2e-6 env.group_size=4`.", ""]
     _section(Config, "", lines)
-    lines.append(MACHINE_SWITCHES)
+    lines.append(MACHINE_SWITCHES.replace("{env_switches}", "".join(
+        f"| `{switch}` | {default} | {what} |\n" for switch, default, what in _env_switches())))
     return "\n".join(lines).rstrip() + "\n"
 
 

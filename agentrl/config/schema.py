@@ -36,9 +36,6 @@ def F(default: Any = None, help: str = "", *, factory: Any = None, **checks: Any
     return field(default=default, metadata=meta)
 
 
-ENV_NAMES = ("alfworld", "webshop", "textcraft")
-
-
 # ----------------------------------------------------------------------------------------- model
 @dataclass
 class TinyModelConfig:
@@ -80,7 +77,9 @@ class TokenizerConfig:
 # ------------------------------------------------------------------------------------------- env
 @dataclass
 class EnvConfig:
-    name: str = F("textcraft", "environment", choices=ENV_NAMES)
+    name: str = F("textcraft", "environment: the name of one found (an installed agentrl-env-<name> distribution, or "
+                  "envs/<name>/ of a source checkout; `agentrl envs list`), or package.module:SPEC / "
+                  "package.module:make_env for one of your own (docs/environments.md, 'Add an environment')")
     max_steps: int = F(40, "episode step limit (ALFWorld 50, WebShop 15, TextCraft 40 in the papers)", min=1)
     group_size: int = F(8, "rollouts per task (G): the group compared with each other", min=1)
     tasks_per_iteration: int = F(16, "distinct tasks per training iteration", min=1)

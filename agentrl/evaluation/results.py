@@ -11,12 +11,15 @@ gives one :class:`RunResult`, from the first of:
    with the highest ``val/success_rate`` (``metric=peak``, how some papers report). With
    ``metric=peak`` these come first, since an evaluation summary is of the final policy only.
 
-Values are percentages. Column names: ALFWorld's task families by their short names (Pick ...
-Pick2), WebShop ``Score`` and ``Success``, TextCraft's ``depthN`` task types, and ``All``.
+Values are percentages. Column names are declared by each environment in its spec's ``results``
+(:class:`agentrl.envs.spec.ResultSpec`): a column per task type (by its declared column name, e.g.
+ALFWorld's Pick ... Pick2, TextCraft's ``depthN``), the success column (``All``; WebShop
+``Success``) and a score column where the environment has a task score (WebShop ``Score``). A
+run of an environment not found here gets the defaults (task types, then ``All``).
 
 When the run validated before training (a ``val/success_rate`` record at step 0: the starting
 policy, e.g. the SFT warm start), two more columns: ``Start``, that success, and ``Gain``, the
-run's success (``All``, WebShop ``Success``) minus ``Start``. Runs of one seed share their warm
+run's success (the success column) minus ``Start``. Runs of one seed share their warm
 start across estimators, so ``Gain`` is the RL effect with the warm start's own spread removed.
 It is meaningful when the two numbers come from the same tasks (``agentrl eval`` of the whole
 validation split, or the run's last validation).
@@ -25,17 +28,19 @@ validation split, or the run's last validation).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from agentrl.config.schema import EnvConfig
+from agentrl.envs.spec import ENVS, ResultSpec, env_spec
 from agentrl.estimators import builtin_estimators, estimator_title
+from agentrl.plugins import PluginError
 from agentrl.runs.tracking import read_metrics
 
-ALFWORLD_COLUMNS = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All")
-WEBSHOP_COLUMNS = ("Score", "Success")
 START_COLUMNS = ("Start", "Gain")   # success before training, and the run's success minus it
 
 
@@ -51,21 +56,32 @@ class RunResult:
     source: str = ""     # "eval <split>" or "val final|peak"
 
 
+def result_spec(env: str) -> ResultSpec:
+    """What ``env`` declares about its results; the defaults for an environment not found here (a
+    results directory copied from a machine that has it)."""
+    try:
+        return env_spec(env).results
+    except PluginError:
+        return ResultSpec()
+
+
+def _natural(column: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", column)]
+
+
 def env_columns(env: str, present: set[str] | None = None) -> tuple[str, ...]:
-    if env == "alfworld":
-        return ALFWORLD_COLUMNS
-    if env == "webshop":
-        return WEBSHOP_COLUMNS
-    depths = sorted((c for c in (present or ()) if c.startswith("depth")), key=lambda c: int(c[5:] or 0))
-    return (*depths, "All")
+    """The result columns of ``env``: its fixed ones, else the task types in ``present`` (natural
+    order: depth2 before depth10), then the success column."""
+    declared = result_spec(env)
+    if declared.columns:
+        return tuple(declared.columns)
+    skip = {declared.success_column, declared.score_column, *START_COLUMNS}
+    types = sorted((c for c in (present or ()) if c and c not in skip), key=_natural)
+    return (*types, declared.success_column)
 
 
-def _type_column(env: str, task_type: str) -> str:
-    if env == "alfworld":
-        from agentrl.envs.alfworld.tasks import TASK_TYPE_SHORT_NAMES
-
-        return TASK_TYPE_SHORT_NAMES.get(task_type, task_type)
-    return task_type
+def _type_column(declared: ResultSpec, task_type: str) -> str:
+    return declared.type_columns.get(task_type, task_type)
 
 
 def model_label(name_or_path: str) -> str:
@@ -117,14 +133,16 @@ def _from_eval(run_dir: Path, env: str, split: str | None) -> tuple[dict[str, fl
     data = summaries[0]
     per_seed = list(data.get("per_seed", {}).values()) or [data]
     n = len(per_seed)
-    values: dict[str, float] = {"All": 100 * sum(s["success_rate"] for s in per_seed) / n}
-    if env == "webshop":
-        values = {"Score": 100 * sum(s["mean_score"] for s in per_seed) / n, "Success": values["All"]}
-    else:
+    declared = result_spec(env)
+    values: dict[str, float] = {}
+    if declared.score_column:
+        values[declared.score_column] = 100 * sum(s["mean_score"] for s in per_seed) / n
+    values[declared.success_column] = 100 * sum(s["success_rate"] for s in per_seed) / n
+    if declared.per_type:
         types = sorted({t for s in per_seed for t in s.get("by_type", {})})
         for t in types:
             rates = [s["by_type"][t]["success_rate"] for s in per_seed if t in s.get("by_type", {})]
-            values[_type_column(env, t)] = 100 * sum(rates) / len(rates)
+            values[_type_column(declared, t)] = 100 * sum(rates) / len(rates)
     return values, f"eval {data.get('split')}"
 
 
@@ -137,13 +155,14 @@ def _from_metrics(run_dir: Path, env: str, metric: str) -> tuple[dict[str, float
         return None
     record = max(records, key=lambda r: r["val/success_rate"]) if metric == "peak" else records[-1]
     success = 100 * record["val/success_rate"]
-    if env == "webshop":
-        return {"Success": success}, f"val {metric}"
-    values = {"All": success}
+    declared = result_spec(env)
+    values = {declared.success_column: success}
+    if not declared.per_type:
+        return values, f"val {metric}"
     prefix = "val/success_rate/"
     for key, value in record.items():
         if key.startswith(prefix):
-            values[_type_column(env, key[len(prefix):])] = 100 * value
+            values[_type_column(declared, key[len(prefix):])] = 100 * value
     return values, f"val {metric}"
 
 
@@ -161,7 +180,7 @@ def _starting_success(run_dir: Path) -> float | None:
 def load_run(run_dir: Path, variant: str | None = None, *, metric: str = "final",
              split: str | None = None) -> RunResult | None:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-    env = cfg.get("env", {}).get("name", "textcraft")
+    env = cfg.get("env", {}).get("name", EnvConfig.name)
     estimator = cfg.get("algorithm", {}).get("estimator", "grpo")
     method = estimator_title(estimator) + (f" ({variant})" if variant else "")
     result = RunResult(run_dir, env, model_label(cfg.get("model", {}).get("name_or_path", "tiny")), method,
@@ -176,7 +195,7 @@ def load_run(run_dir: Path, variant: str | None = None, *, metric: str = "final"
         return None
     result.values, result.source = found
     start = _starting_success(run_dir)
-    main = "Success" if env == "webshop" else "All"
+    main = result_spec(env).success_column
     if start is not None and main in result.values:
         result.values["Start"] = start
         result.values["Gain"] = result.values[main] - start
@@ -202,10 +221,18 @@ def method_rank(method: str) -> tuple[int, str]:
     return (order.index(base) if base in order else len(order), method)
 
 
-def published_rows() -> list[dict[str, Any]]:
-    data = yaml.safe_load((Path(__file__).with_name("published.yaml")).read_text())
-    return [{**row, "source_text": data["sources"][row["source"]]} for row in data["rows"]]
+def published_rows(env: str | None = None) -> list[dict[str, Any]]:
+    """The published numbers ``env`` declares (``results.published``; every environment found
+    when None), each row with its ``env`` and its source's text."""
+    rows = []
+    for name in [env] if env is not None else ENVS.names():
+        path = result_spec(name).published
+        if not path:
+            continue
+        data = yaml.safe_load(Path(path).read_text())
+        rows += [{"env": name, **row, "source_text": data["sources"][row["source"]]} for row in data["rows"]]
+    return rows
 
 
 __all__ = ["START_COLUMNS", "RunResult", "collect", "env_columns", "find_runs", "load_run", "unfinished_cells", "method_rank", "model_label",
-           "published_rows"]
+           "published_rows", "result_spec"]

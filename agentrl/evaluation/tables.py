@@ -4,7 +4,8 @@ One table per (environment, model). A measured row is one method over its seeds:
 ``mean ± std [95% t interval]`` of the per-seed percentages (just the mean for one seed); the
 best mean of every column among the measured rows is marked (bold, or ``best=true`` in CSV), except
 ``Start`` (the starting policy's success, see :mod:`agentrl.evaluation.results`).
-Reference rows hold the papers' published numbers (``published.yaml``), labelled with their
+Reference rows hold the papers' published numbers (the file each environment declares in its
+spec's ``results.published``), labelled with their
 source; they are never marked best. For a tiny model every reference row of the environment is
 shown, for a Qwen2.5 model those of its size.
 """
@@ -16,11 +17,9 @@ import io
 from dataclasses import dataclass
 from typing import Sequence
 
-from agentrl.evaluation.results import START_COLUMNS, RunResult, env_columns, method_rank, published_rows
+from agentrl.evaluation.results import START_COLUMNS, RunResult, env_columns, method_rank, published_rows, result_spec
 from agentrl.evaluation.stats import Stat, describe
 
-ENV_TITLES = {"alfworld": "ALFWorld (success %)", "webshop": "WebShop (score and success %)",
-              "textcraft": "TextCraft (success % by depth)"}
 FORMATS = ("md", "latex", "csv")
 
 
@@ -43,7 +42,7 @@ class Table:
 
     @property
     def title(self) -> str:
-        return f"{ENV_TITLES.get(self.env, self.env)}, model {self.model}"
+        return f"{result_spec(self.env).title or self.env}, model {self.model}"
 
 
 def _size(model: str) -> str | None:
@@ -56,8 +55,8 @@ def _size(model: str) -> str | None:
 def _reference_rows(env: str, model: str, columns: Sequence[str]) -> list[Row]:
     size = _size(model)
     rows = []
-    for ref in published_rows():
-        if ref["env"] != env or (size is not None and _size(ref["model"]) != size):
+    for ref in published_rows(env):
+        if (size is not None and _size(ref["model"]) != size):
             continue
         cells = {}
         for col, value in ref["values"].items():

@@ -49,7 +49,7 @@ import torch
 from agentrl.data import StepBatch
 from agentrl.envs import TaskRef
 from agentrl.envs.server.client import EnvServerError
-from agentrl.rollout.parsing import LOWERCASE_ENVS, parse_response
+from agentrl.rollout.parsing import parse_response, shown_action
 from agentrl.rollout.prompts import History, format_response
 from agentrl.rollout.prompts import task_text as prompt_task_text
 
@@ -69,7 +69,7 @@ def all_failed_groups(episodes, tasks: Sequence[TaskRef], group_ids: Sequence[in
 
 def expert_response(env_name: str, action: str, think: bool) -> str:
     """The response a policy writes for ``action`` (the SFT demonstrations' format)."""
-    shown = action.lower() if env_name in LOWERCASE_ENVS else action
+    shown = shown_action(action, env_name)
     thought = f"The next step toward the goal is: {shown}." if think else None
     return format_response(shown, thought)
 

@@ -5,6 +5,10 @@ task, the last K (observation, action) pairs, the current observation and the ad
 actions, then the instruction to answer with ``<think>...</think>`` (optional) and
 ``<action>...</action>``. Step 0 (or K = 0) uses the template without history.
 
+What differs between environments is declared by each in its spec's ``prompt``
+(:class:`agentrl.envs.spec.PromptSpec`): the preamble, advice after the instruction, where the
+task line comes from and how admissible actions are listed.
+
 ``style="full"`` follows verl-agent's wording structure for each environment; ``style="compact"``
 keeps the same content without the preamble sentences (shorter prompts for tiny CPU models);
 ``style="compact_task_last"`` moves its task line after the observation, next to the answer, where
@@ -15,14 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PREAMBLE = {
-    "alfworld": "You are an expert agent operating in the ALFRED Embodied Environment.",
-    "webshop": "You are an expert autonomous agent operating in the WebShop e-commerce environment.",
-    "textcraft": "You are an expert agent crafting items in a Minecraft-like environment.",
-}
-EXTRA_ADVICE = {
-    "webshop": " Think carefully about which admissible action best advances the shopping goal.",
-}
+from agentrl.envs.spec import env_spec_or_default
+
 THINK_INSTRUCTION = (
     "Now it's your turn to take an action. You should first reason step-by-step about the current situation; "
     "this reasoning MUST be enclosed within <think> </think> tags. Once you have finished reasoning, choose one "
@@ -90,12 +88,13 @@ class History:
 def task_text(env_name: str, reset_observation: str, reset_info: dict, step_info: dict | None = None) -> str:
     """What the prompt shows as the task on the current step.
 
-    TextCraft's crafting commands appear only in the first observation, yet every later step
-    needs them, so its task is that whole first observation (commands + goal). Elsewhere it is
-    the instruction the environment reports in ``info["task"]``: the current step's ``step_info``
-    when it reports one (ALFWorld's ``unvisited_in_task`` notes change every step), else the reset's.
+    With the environment's ``prompt.task_source="first_observation"`` (TextCraft: its crafting
+    commands appear only in the first observation, yet every later step needs them) it is that whole
+    first observation. Otherwise it is the instruction the environment reports in ``info["task"]``:
+    the current step's ``step_info`` when it reports one (ALFWorld's ``unvisited_in_task`` notes
+    change every step), else the reset's.
     """
-    if env_name == "textcraft":
+    if env_spec_or_default(env_name).prompt.task_source == "first_observation":
         return reset_observation
     if step_info and step_info.get("task"):
         return str(step_info["task"])
@@ -104,7 +103,7 @@ def task_text(env_name: str, reset_observation: str, reset_info: dict, step_info
 
 def format_admissible(actions: list[str], env_name: str) -> str:
     actions = [a for a in actions if a != "help"]
-    if env_name == "alfworld":
+    if env_spec_or_default(env_name).prompt.admissible_layout == "lines":
         return "\n " + "\n ".join(actions) + "\n"
     return ", ".join(f"'{a}'" for a in actions)
 
@@ -115,7 +114,8 @@ def build_prompt_text(env_name: str, task: str, observation: str, history: Histo
     """The user-message text of one step. ``count_repeats`` shows a run of identical steps (same
     action, same result) as one history entry with its count (``env.history_count_repeats``);
     ``history_length`` then counts entries."""
-    instruction = (THINK_INSTRUCTION if think else ACTION_INSTRUCTION) + EXTRA_ADVICE.get(env_name, "")
+    declared = env_spec_or_default(env_name).prompt
+    instruction = (THINK_INSTRUCTION if think else ACTION_INSTRUCTION) + declared.advice
     actions = format_admissible(admissible, env_name) if admissible else ""
     lines: list[str] = []
     steps_done = len(history)
@@ -138,10 +138,10 @@ def build_prompt_text(env_name: str, task: str, observation: str, history: Histo
         return "\n".join(lines)
     if style != "full":
         raise ValueError(f"unknown prompt style {style!r}: use full, compact or compact_task_last")
-    preamble = PREAMBLE.get(env_name, "You are an expert agent.")
+    preamble = declared.preamble
     if not use_history:
         lines.append(f"{preamble} Your task is to: {task}")
-        if observation != task:  # TextCraft: the first observation is the task itself
+        if observation != task:  # task_source="first_observation": the first observation is the task itself
             lines.append(f"Your current observation is: {observation}")
     else:
         lines.append(f"{preamble} Your task is to: {task}")

@@ -27,7 +27,7 @@ from agentrl.envs import TaskRef, make_env
 from agentrl.generation import make_backend
 from agentrl.models import load_tokenizer, stop_token_ids
 from agentrl.rollout.engine import encode_prompts, make_sampling_params
-from agentrl.rollout.parsing import LOWERCASE_ENVS, parse_response
+from agentrl.rollout.parsing import parse_response, shown_action
 from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
 from agentrl.warmstart.demonstrations import Demonstration
 from agentrl.warmstart.process_pool import spawned_pool
@@ -144,7 +144,7 @@ class _Episode:
             self.done = True    # the episode ends here: its further states would not be labelled
             return
         self.seen.add(text)
-        self.expert_action = action.lower() if self.env_name in LOWERCASE_ENVS else action
+        self.expert_action = shown_action(action, self.env_name)
         thought = f"The next step toward the goal is: {self.expert_action}." if self.think else None
         self.demonstrations.append(Demonstration(
             text, format_response(self.expert_action, thought), str(self.info["task_type"]), self.task, self.step,

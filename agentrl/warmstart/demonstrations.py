@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 
 from agentrl.envs import TaskRef, make_env
 from agentrl.errors import UsageError
-from agentrl.rollout.parsing import LOWERCASE_ENVS, parse_response
+from agentrl.rollout.parsing import parse_response, shown_action
 from agentrl.rollout.prompts import History, build_prompt_text, format_response, task_text
 from agentrl.runs.task_schedule import TaskSchedule
 from agentrl.warmstart.process_pool import spawned_pool
@@ -138,7 +138,7 @@ def _play_actions(env, env_name: str, task: TaskRef, actions: Sequence[str] | No
     reset_obs, reset_info = obs, info
     history, steps = History(), []
     for step, action in enumerate(actions):
-        shown = action.lower() if env_name in LOWERCASE_ENVS else action
+        shown = shown_action(action, env_name)
         if step >= train_from:
             admissible = info["admissible_actions"] if show_admissible else []
             text = build_prompt_text(env_name, task_text(env_name, reset_obs, reset_info, info), obs, history,

@@ -64,7 +64,6 @@ def test_unknown_key_names_path_and_closest_key():
 
 @pytest.mark.parametrize("override, field, accepted", [
     ("learner.lr=-1", "learner.lr", "> 0"),
-    ("env.name=minecraft", "env.name", "alfworld, webshop, textcraft"),
     ("env.group_size=two", "env.group_size", "int"),
     ("learner.zero_stage=5", "learner.zero_stage", "0, 1, 2, 3"),
     ("rollout.top_p=1.5", "rollout.top_p", "<= 1"),
@@ -74,6 +73,13 @@ def test_bad_values_name_field_and_what_it_accepts(override, field, accepted):
     with pytest.raises(UsageError) as err:
         load_config(None, [override])
     assert f"`{field}`" in str(err.value) and accepted in str(err.value)
+
+
+def test_unknown_env_name_lists_the_environments_found():
+    with pytest.raises(UsageError) as err:
+        load_config(None, ["env.name=minecraft"])
+    assert "env.name='minecraft'" in str(err.value) and "alfworld, textcraft, webshop" in str(err.value)
+    assert "did you mean textcraft" in str(err.value)
 
 
 def test_unknown_recipe_lists_close_names():

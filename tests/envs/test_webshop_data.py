@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from agentrl.envs.webshop import pages
-from agentrl.envs.webshop.catalogue import generate_catalogue
-from agentrl.envs.webshop.dataset import load_webshop_data
-from agentrl.envs.webshop.products import (
+from agentrl_env_webshop import pages
+from agentrl_env_webshop.catalogue import generate_catalogue
+from agentrl_env_webshop.dataset import load_webshop_data
+from agentrl_env_webshop.products import (
     human_goals, normalize_products, parse_pricing, price_bound, split_goals, synthetic_goals,
 )
-from agentrl.envs.webshop.reward import purchase_reward
-from agentrl.envs.webshop.search import ProductSearchEngine
+from agentrl_env_webshop.reward import purchase_reward
+from agentrl_env_webshop.search import ProductSearchEngine
 
 from test_webshop_env import write_original_files
 

@@ -6,8 +6,8 @@ import difflib
 
 import pytest
 
-from agentrl.envs.webshop.nouns import HeuristicNounTagger, LexiconNounTagger
-from agentrl.envs.webshop.reward import (
+from agentrl_env_webshop.nouns import HeuristicNounTagger, LexiconNounTagger
+from agentrl_env_webshop.reward import (
     COLOR_SET, normalize_color, purchase_reward, token_set_ratio, type_reward,
 )
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from agentrl.envs import TaskRef, make_env
-from agentrl.envs.webshop import dataset
-from agentrl.envs.webshop import products as prod
-from agentrl.envs.webshop.catalogue import (
+from agentrl_env_webshop import dataset
+from agentrl_env_webshop import products as prod
+from agentrl_env_webshop.catalogue import (
     generate_catalogue, instruction_stride, iter_catalogue, write_catalogue_files,
 )
-from agentrl.envs.webshop.dataset import load_webshop_data
-from agentrl.envs.webshop.search import Analyzer, ProductSearchEngine, product_document
+from agentrl_env_webshop.dataset import load_webshop_data
+from agentrl_env_webshop.search import Analyzer, ProductSearchEngine, product_document
 
 from test_webshop_env import write_original_files
 

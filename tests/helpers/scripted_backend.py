@@ -17,7 +17,7 @@ import torch
 
 from agentrl.envs import TaskRef, make_env
 from agentrl.generation.base import Generation, GenerationBackend, SamplingParams
-from agentrl.rollout.parsing import LOWERCASE_ENVS
+from agentrl.rollout.parsing import shown_action
 from agentrl.rollout.prompts import format_response
 
 _TASK = re.compile(r"Task: (.*?)\n", re.S)
@@ -32,7 +32,7 @@ def expert_plans(env_name: str, tasks: Sequence[TaskRef], env_kwargs: dict | Non
     for task in tasks:
         _, info = env.reset(task)
         actions = env.expert_actions()
-        plans[info["task"]] = [a.lower() for a in actions] if env_name in LOWERCASE_ENVS else list(actions)
+        plans[info["task"]] = [shown_action(a, env_name) for a in actions]
     return plans
 
 

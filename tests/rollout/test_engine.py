@@ -213,8 +213,8 @@ def test_alfworld_unvisited_notes_reach_the_prompts_of_policy_guidance_and_sft(t
     prompts, the guided expert episode's and the SFT demonstrations' all show the current notes."""
     pytest.importorskip("alfworld")
     from agentrl.warmstart.demonstrations import expert_episodes
-    from agentrl.envs.alfworld.expert import listed_receptacles, observed_receptacle
-    from agentrl.envs.alfworld.generate import generate_dataset
+    from agentrl_env_alfworld.expert import listed_receptacles, observed_receptacle
+    from agentrl_env_alfworld.generate import generate_dataset
     from agentrl.rollout.guidance import GUIDED_TRAJ_ID_BASE
     from agentrl.rollout.prompts import render_chat
 

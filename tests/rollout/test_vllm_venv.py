@@ -54,7 +54,9 @@ def test_setup_sh_builds_vllm_venv_in_ci(tmp_path, env, builds):
     python.parent.mkdir(parents=True)
     python.write_text("#!/bin/sh\nexit 0\n")
     python.chmod(0o755)
-    digest = hashlib.sha1((tmp_path / "pyproject.toml").read_bytes() + (tmp_path / "scripts/setup.sh").read_bytes())
+    # the stamp of setup.sh: the environments asked for (the default), pyproject.toml, setup.sh, envs/*/pyproject.toml
+    digest = hashlib.sha1(b"alfworld,webshop,textcraft\n" + (tmp_path / "pyproject.toml").read_bytes()
+                          + (tmp_path / "scripts/setup.sh").read_bytes())
     (tmp_path / ".venv" / f".agentrl-setup-{digest.hexdigest()[:12]}").touch()  # .venv up to date
     base = {k: v for k, v in child_env().items() if k not in ("CI", "AGENTRL_SETUP_VLLM_CPU")}
     proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True,

@@ -38,7 +38,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def _config(options: dict[str, str], rest: list[str], run_dir: Path | None):
     from agentrl.config import load_config, parse_overrides
-    from agentrl.config.loading import RECIPES_DIR
+    from agentrl.envs.spec import env_spec
 
     recipe, overrides = parse_overrides(rest)
     env = options.get("env")
@@ -48,9 +48,10 @@ def _config(options: dict[str, str], rest: list[str], run_dir: Path | None):
         if env is None:
             raise UsageError("this checkpoint has no run configuration: pass env=NAME (and recipe=NAME for a tiny "
                              "model)")
-        recipe = str(RECIPES_DIR / "_base" / "env" / f"{env}.yaml")
-        if not Path(recipe).is_file():
-            raise UsageError(f"env={env!r} is not an environment (alfworld, webshop, textcraft)")
+        declared = env_spec(env)        # an unknown environment: one line naming the ones found
+        block = Path(declared.recipes_dir or ".") / "_base" / "env" / f"{env}.yaml"
+        recipe = str(block) if declared.recipes_dir and block.is_file() else None
+        overrides = [f"env.name={env}", *overrides]
     cfg = load_config(recipe, overrides, training=False)     # rollout.agent: no training-only refusals
     if env is not None and env != cfg.env.name:
         raise UsageError(f"env={env} but the configuration ({Path(recipe).name}) is for {cfg.env.name}; "

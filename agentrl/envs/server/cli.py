@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from agentrl.envs import ENV_NAMES
+from agentrl.envs import env_names
 from agentrl.envs.server.auth import read_token_file, refuse_open_bind, token_from_env
 from agentrl.envs.server.http_server import serve
 from agentrl.errors import UsageError
@@ -17,7 +17,7 @@ def add_cli(subparsers) -> None:
         description="Serve SIZE instances of environment NAME over HTTP, for a trainer in another "
                     "process, virtualenv or machine. API: GET /info, POST /reset, /step, /expert; "
                     "its OpenAPI description at GET /openapi.json and /docs (see docs/env-servers.md).")
-    p.add_argument("name", help=f"registered environment ({', '.join(ENV_NAMES)})")
+    p.add_argument("name", help=f"environment: one found ({', '.join(env_names())}) or package.module:SPEC")
     p.add_argument("--port", type=int, default=8400, help="port of the first shard (default 8400)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1); any other needs a token (--token-file or "
