@@ -226,7 +226,8 @@ class _StagePeak:
             torch.cuda.reset_peak_memory_stats()
             self.start = torch.cuda.memory_allocated()
         else:
-            _return_freed_memory()
+            if not self._open:          # an outermost stage: an inner one must not move its outer one's start
+                _return_freed_memory()
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
             self.start = self._status_kb("VmRSS:") * 1024
