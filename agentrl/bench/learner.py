@@ -41,6 +41,7 @@ any config key (e.g. ``learner.micro_batch_size=4``).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import tempfile
 import time
@@ -182,6 +183,16 @@ def _shape_model(args, cfg, scratch: str):
     return scratch, model.cpu()
 
 
+def _return_freed_memory() -> None:
+    """Give the memory the allocator keeps after earlier frees back to the system (glibc's
+    ``malloc_trim``), so that a CPU stage's peak is measured from what is really in use: without it a
+    stage that reuses a freed heap reads as adding nothing, and the reading depends on what ran before."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):       # not glibc: the reading stays coarser
+        pass
+
+
 class _StagePeak:
     """The most memory a stage adds on top of what was resident when it began, MB: the process's peak
     resident set on CPU (VmHWM, reset first), allocated CUDA memory on a GPU. Stages may nest: an inner
@@ -215,6 +226,8 @@ class _StagePeak:
             torch.cuda.reset_peak_memory_stats()
             self.start = torch.cuda.memory_allocated()
         else:
+            if not self._open:          # an outermost stage: an inner one must not move its outer one's start
+                _return_freed_memory()
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
             self.start = self._status_kb("VmRSS:") * 1024
