@@ -24,6 +24,10 @@ Three parts, each optional:
 
 Games come from ``--data-dir``, else the ``--generate`` sample (when made), else wherever the env
 resolves them (``$ALFWORLD_DATA``, or the generated default set).
+
+The environment's package (``agentrl_env_alfworld``, a distribution of its own that a learner's install may
+not have) and the servers are imported inside the functions that use them, so that ``agentrl bench``
+lists this benchmark wherever agentrl is installed.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ in an :class:`~agentrl_env_alfworld.pool.ALFWorldPool`, one per process. Each of
 rounds resets every env to the next game of ``--split`` and plays up to ``--steps`` random
 admissible commands. Step time and reset time (loading a game) are timed separately; both are
 wall-clock over the whole pool, so with N processes they count the steps of all of them.
+
+The environment's package (``agentrl_env_alfworld``, a distribution of its own that a learner's install may
+not have) and the servers are imported inside the functions that use them, so that ``agentrl bench``
+lists this benchmark wherever agentrl is installed.
 """
 
 from __future__ import annotations

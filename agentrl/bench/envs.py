@@ -20,6 +20,8 @@ import time
 from typing import Any, Iterator
 
 from agentrl.envs import TaskRef, env_names, make_env
+from agentrl.envs.server.client import EnvClient
+from agentrl.envs.server.http_server import ShardedHTTPServer
 
 HELP = "environment steps/s: in process and through the pool server over Ray and HTTP"
 INVALID_COMMAND = "look at the sky"
@@ -108,8 +110,6 @@ def bench_client(client, split: str, seconds: float, tasks: int) -> dict[str, An
 def bench_ray(env_name: str, split: str, args) -> dict[str, Any]:
     import ray
 
-    from agentrl.envs.server.client import EnvClient
-
     started_here = not ray.is_initialized()
     if started_here:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -127,9 +127,6 @@ def bench_ray(env_name: str, split: str, args) -> dict[str, Any]:
 
 
 def bench_http(env_name: str, split: str, args) -> dict[str, Any]:
-    from agentrl.envs.server.client import EnvClient
-    from agentrl.envs.server.http_server import ShardedHTTPServer
-
     server = ShardedHTTPServer(env_name, args.pool_size, shards=args.shards)
     server.start_background()
     try:

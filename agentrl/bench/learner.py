@@ -47,6 +47,11 @@ import tempfile
 import time
 
 from agentrl.bench._common import cpu_name, run_report
+from agentrl.config.loading import load_config
+from agentrl.data import StepBatch
+from agentrl.learner.engine import Learner
+from agentrl.models.architectures import build_tiny_model, qwen25_config
+from agentrl.models.loading import load_model
 
 HELP = "learner time and memory of one iteration (learner pass + PPO update) at each learner.precision / variant"
 WARMUP_ROWS = 64
@@ -138,8 +143,6 @@ def make_batch(rows: int, prompt_tokens: int, response_tokens: int, vocab_size: 
     lengths within +-25 % (prompts) / +-50 % (responses) of the means, or uniform over the ranges."""
     import torch
 
-    from agentrl.data import StepBatch
-
     if rows < 1 or prompt_tokens < 1 or response_tokens < 1:
         raise ValueError("--rows, --prompt-tokens and --response-tokens must be >= 1")
     gen = torch.Generator().manual_seed(seed)
@@ -165,9 +168,6 @@ def _shape_model(args, cfg, scratch: str):
     """The model to time, saved under ``scratch`` unless ``--model`` names one: (directory, its model)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from agentrl.models.architectures import build_tiny_model, qwen25_config
-    from agentrl.models.loading import load_model
 
     if args.model:
         return args.model, load_model(args.model, torch.float32)
@@ -278,9 +278,6 @@ def _rows(args, cfg, batch) -> dict[str, list[str]]:
 
 def _measure(args) -> dict:
     import torch
-
-    from agentrl.config.loading import load_config
-    from agentrl.learner.engine import Learner
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

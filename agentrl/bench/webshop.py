@@ -18,6 +18,10 @@ root), each phase runs in a fresh Python process so that times and peak memory a
             each reset and one search), with the process's RSS (the
             memory-mapped cache is page cache shared by processes: RSS is split into private
             ``RssAnon`` and mapped-file ``RssFile``).
+
+The environment's package (``agentrl_env_webshop``, a distribution of its own that a learner's install may
+not have) and the servers are imported inside the functions that use them, so that ``agentrl bench``
+lists this benchmark wherever agentrl is installed.
 """
 
 from __future__ import annotations

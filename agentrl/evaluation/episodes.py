@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from agentrl.evaluation.stats import describe
+
 EpisodeKey = tuple[int, str, int]  # (seed, split, index)
 
 
@@ -96,8 +98,6 @@ def _by_type(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def summarize_records(records: Sequence[dict[str, Any]], *, env: str, split: str,
                       seeds: Sequence[int], expected_tasks: int) -> dict[str, Any]:
     """Overall and per-type success and score, the same per seed, and the spread over seeds."""
-    from agentrl.evaluation.stats import describe
-
     per_seed = {}
     for seed in seeds:
         mine = [r for r in records if int(r["seed"]) == int(seed)]

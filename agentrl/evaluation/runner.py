@@ -19,12 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from agentrl.config import Config
+from agentrl.config import Config, load_config
 from agentrl.config.schema import RolloutConfig
 from agentrl.errors import UsageError
 from agentrl.evaluation.episodes import (EpisodeLog, episode_key, episode_record, summarize_records,
                                          write_json_atomically)
 from agentrl.generation import engine_gpus
+from agentrl.learner.group import LearnerGroup
+from agentrl.rollout.validation import eval_tasks
+from agentrl.rollout.worker_group import RolloutWorkerGroup
+from agentrl.runs.directory import TrainerState
+from agentrl.runs.task_schedule import TaskSchedule
+from agentrl.runtime.ray_start import start_ray
 
 
 @dataclass
@@ -54,17 +60,11 @@ def _export_checkpoint(run_dir: Path, checkpoint: Path, log: Callable[[str], Non
     """A learner checkpoint written once as a model directory under ``<run>/eval/``."""
     # absolute: the learner ranks (Ray actors) run in the directory of their node's `ray start`
     run_dir, checkpoint = run_dir.absolute(), checkpoint.absolute()
-    from agentrl.config import load_config
-    from agentrl.runs.directory import TrainerState
-
     out = run_dir / "eval" / f"policy_{checkpoint.name}"
     if _is_model_dir(out):
         return out
     cfg = load_config(str(run_dir / "config.yaml"))
     state = TrainerState.from_json((checkpoint / "trainer_state.json").read_text())
-    from agentrl.learner.group import LearnerGroup
-    from agentrl.runtime.ray_start import start_ray
-
     log(f"exporting {checkpoint} to {out}")
     start_ray(cfg)
     learner = LearnerGroup(cfg, state.model_dir, shared_directory=str(run_dir))
@@ -119,9 +119,6 @@ def evaluate(cfg: Config, model_dir: Path, out_dir: Path, *, split: str, seeds: 
              log: Callable[[str], None] = print, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate ``model_dir`` on ``split`` once per seed; writes ``episodes.jsonl`` and
     ``summary.json`` under ``out_dir`` and returns the summary."""
-    from agentrl.rollout.validation import eval_tasks
-    from agentrl.runs.task_schedule import TaskSchedule
-
     sizes = TaskSchedule.split_sizes(cfg.env)
     if split not in sizes:
         raise UsageError(f"split={split!r} is not a split of {cfg.env.name}; available: {', '.join(sorted(sizes))}")
@@ -155,9 +152,6 @@ def evaluate(cfg: Config, model_dir: Path, out_dir: Path, *, split: str, seeds: 
 
 def _play(cfg: Config, model_dir: Path, work: list[tuple[int, int, list]], episodes: EpisodeLog,
           log: Callable[[str], None]) -> None:
-    from agentrl.rollout.worker_group import RolloutWorkerGroup
-    from agentrl.runtime.ray_start import start_ray
-
     start_ray(cfg)
     device = _device(cfg)
     largest = max(len(todo) for _, _, todo in work)

@@ -45,9 +45,10 @@ from typing import Any, Callable
 
 import yaml
 
-from agentrl.runtime.child_env import child_environment
+from agentrl.config.loading import recipe_path
 from agentrl.errors import UsageError
 from agentrl.evaluation.episodes import write_json_atomically
+from agentrl.runtime.child_env import child_environment
 
 STATES = ("pending", "running", "done", "failed")
 ERROR_TAIL_LINES = 30
@@ -137,7 +138,6 @@ def load_sweep(path: str | os.PathLike, output_dir: str | None = None) -> SweepS
     recipes = data.get("recipes")
     if not recipes or not isinstance(recipes, list):
         raise UsageError(f"sweep file {path}: `recipes` must be a non-empty list of recipe names")
-    from agentrl.config.loading import recipe_path
 
     for recipe in recipes:
         recipe_path(str(recipe))  # raises a UsageError naming the unknown recipe
