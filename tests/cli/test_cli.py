@@ -21,11 +21,13 @@ def test_help_lists_commands():
         assert command in out
 
 
-def test_recipes_lists_36_with_descriptions(capsys):
+def test_recipes_lists_every_environment_estimator_and_size_with_descriptions(capsys):
     assert main(["recipes"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 36
     assert all(len(line.split(None, 1)) == 2 for line in lines)
+    expected = {f"{env}_{estimator}_{size}" for env in ("alfworld", "webshop", "textcraft", "sokoban", "scienceworld")
+                for estimator in ("grpo", "gigpo", "gagpo", "bipace") for size in ("tiny", "qwen1.5b", "qwen7b")}
+    assert sorted(line.split()[0] for line in lines) == sorted(expected)        # 60: 5 x 4 x 3
 
 
 def test_config_prints_resolved_yaml_with_override(capsys):
