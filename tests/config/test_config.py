@@ -8,11 +8,11 @@ from agentrl.config import Config, load_config, parse_overrides, recipe_names
 from agentrl.config.loading import ALL_KEYS, build_dataclass
 from agentrl.errors import UsageError
 
-ENVS, ESTIMATORS, MODELS = ("alfworld", "webshop", "textcraft"), ("grpo", "gigpo", "gagpo", "bipace"), \
-    ("qwen1.5b", "qwen7b", "tiny")
+ENVS, ESTIMATORS, MODELS = ("alfworld", "webshop", "textcraft", "sokoban", "scienceworld"), \
+    ("grpo", "gigpo", "gagpo", "bipace"), ("qwen1.5b", "qwen7b", "tiny")
 
 
-def test_exactly_the_36_recipes_ship():
+def test_exactly_the_60_recipes_ship():
     expected = {f"{e}_{a}_{m}" for e in ENVS for a in ESTIMATORS for m in MODELS}
     assert set(recipe_names()) == expected
 
@@ -33,7 +33,7 @@ def test_every_recipe_loads_and_matches_its_name(name):
         assert cfg.learner.lr == 1e-6 and cfg.learner.kl_type == "low_var_kl" and cfg.learner.kl_coef == 0.01
         assert cfg.algorithm.gamma == 0.95 and cfg.env.history_length == 2
         assert cfg.trainer.iterations == 150
-        assert cfg.env.max_steps == {"alfworld": 50, "webshop": 15, "textcraft": 40}[env]
+        assert cfg.env.max_steps == {"alfworld": 50, "webshop": 15, "textcraft": 40, "sokoban": 15, "scienceworld": 100}[env]
 
 
 def test_bipace_layer_and_eps_follow_model_size():
@@ -78,7 +78,7 @@ def test_bad_values_name_field_and_what_it_accepts(override, field, accepted):
 def test_unknown_env_name_lists_the_environments_found():
     with pytest.raises(UsageError) as err:
         load_config(None, ["env.name=minecraft"])
-    assert "env.name='minecraft'" in str(err.value) and "alfworld, textcraft, webshop" in str(err.value)
+    assert "env.name='minecraft'" in str(err.value) and "alfworld, scienceworld, sokoban, textcraft, webshop" in str(err.value)
     assert "did you mean textcraft" in str(err.value)
 
 
