@@ -20,7 +20,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_DIRS = sorted(p for p in (ROOT / "envs").iterdir() if (p / "pyproject.toml").is_file())
-BUILT_IN = ("alfworld", "webshop", "textcraft")
+BUILT_IN = ("alfworld", "webshop", "textcraft", "sokoban", "scienceworld")
 # Modules of agentrl that may name one environment, and why: the default environment (the default
 # recipe's); benchmarks of one environment's own engine or data, and those that start a served pool.
 MAY_NAME = {
