@@ -33,6 +33,7 @@ import difflib
 import importlib
 import importlib.metadata
 import pkgutil
+import threading
 from typing import Any, Callable, Generic, TypeVar
 
 from agentrl.errors import UsageError
@@ -92,6 +93,8 @@ class PluginRegistry(Generic[T]):
         self._installed: dict[str, str] = {}        # name -> entry point value, loaded on use
         self._loaded: dict[str, T] = {}             # import path or installed name -> checked object
         self._discovered = False
+        self._discovering = False
+        self._lock = threading.RLock()        # threads that look up at once wait for one discovery
 
     # ----- registering -------------------------------------------------------------------------
     def register(self, obj: T) -> T:
@@ -110,7 +113,17 @@ class PluginRegistry(Generic[T]):
     def _discover(self) -> None:
         if self._discovered:
             return
-        self._discovered = True
+        with self._lock:
+            if self._discovered or self._discovering:     # done meanwhile, or a module being imported asks
+                return
+            self._discovering = True
+            try:
+                self._find_plugins()
+            finally:
+                self._discovering = False
+            self._discovered = True     # only now: another thread never sees a half-filled registry
+
+    def _find_plugins(self) -> None:
         if self.package:
             package = importlib.import_module(self.package)
             for module in pkgutil.iter_modules(package.__path__):
