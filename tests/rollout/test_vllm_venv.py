@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -55,7 +56,8 @@ def test_setup_sh_builds_vllm_venv_in_ci(tmp_path, env, builds):
     python.write_text("#!/bin/sh\nexit 0\n")
     python.chmod(0o755)
     # the stamp of setup.sh: the environments asked for (the default), pyproject.toml, setup.sh, envs/*/pyproject.toml
-    digest = hashlib.sha1(b"alfworld,webshop,textcraft\n" + (tmp_path / "pyproject.toml").read_bytes()
+    default_envs = re.search(r"ENVS=\$\{AGENTRL_ENVS:-([^}]*)\}", (tmp_path / "scripts/setup.sh").read_text()).group(1)
+    digest = hashlib.sha1(default_envs.encode() + b"\n" + (tmp_path / "pyproject.toml").read_bytes()
                           + (tmp_path / "scripts/setup.sh").read_bytes())
     (tmp_path / ".venv" / f".agentrl-setup-{digest.hexdigest()[:12]}").touch()  # .venv up to date
     base = {k: v for k, v in child_env().items() if k not in ("CI", "AGENTRL_SETUP_VLLM_CPU")}
