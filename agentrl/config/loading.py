@@ -313,6 +313,22 @@ def check_learner(learner) -> None:
                          "learner.rollout_is_cap=0, or learner.recompute_logprobs=true")
 
 
+def _checked_params(prefix: str, params: dict, params_cls, fields, owner: str, listed_as: str) -> dict:
+    """``params`` (the ``prefix.<key>`` values of a plug-in loaded by import path) checked against the
+    plug-in's own dataclass ``params_cls`` (its ``fields``) and coerced to their types; an unknown key is
+    one line naming the closest one."""
+    by_name = {f.name: f for f in fields}
+    hints = typing.get_type_hints(params_cls) if params_cls is not None else {}
+    for key in params:
+        if key not in by_name:
+            close = difflib.get_close_matches(key, list(by_name), n=1, cutoff=0.5)
+            hint = f"; did you mean `{prefix}.{close[0]}`?" if close else ""
+            raise UsageError(f"unknown config key `{prefix}.{key}` for {owner}{hint} "
+                             f"({listed_as}: {', '.join(by_name) or 'none'})")
+    return {key: _coerce(f"{prefix}.{key}", value, hints[key], dict(by_name[key].metadata))
+            for key, value in params.items()}
+
+
 def check_policy_loss(cfg) -> None:
     """Load the configured policy loss (a built-in name or an import path), check its parameters
     (``learner.policy_loss_params``, the keys of one loaded by import path, is coerced in place), its
@@ -327,17 +343,9 @@ def check_policy_loss(cfg) -> None:
             raise UsageError(f"learner.policy_loss_params is for a policy loss loaded by import path; the built-in "
                              f"{cls.name!r} {own}")
     else:
-        fields = {f.name: f for f in dataclasses.fields(cls.Params)}
-        hints = typing.get_type_hints(cls.Params)
-        for key in learner.policy_loss_params:
-            if key not in fields:
-                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.5)
-                hint = f"; did you mean `learner.policy_loss_params.{close[0]}`?" if close else ""
-                raise UsageError(f"unknown config key `learner.policy_loss_params.{key}` for {learner.policy_loss}"
-                                 f"{hint} (its parameters: {', '.join(fields) or 'none'})")
-        learner.policy_loss_params = {key: _coerce(f"learner.policy_loss_params.{key}", value, hints[key],
-                                                   dict(fields[key].metadata))
-                                      for key, value in learner.policy_loss_params.items()}
+        learner.policy_loss_params = _checked_params("learner.policy_loss_params", learner.policy_loss_params,
+                                                     cls.Params, dataclasses.fields(cls.Params),
+                                                     learner.policy_loss, "its parameters")
     build_policy_loss(learner.policy_loss, policy_loss_values(learner))
     resolve_agg_mode(cls, learner.loss_agg_mode)
     cap = learner.rollout_is_cap
@@ -356,16 +364,8 @@ def check_estimator(algorithm) -> None:
                              f"{algorithm.estimator!r} reads algorithm.{algorithm.estimator}.<key> "
                              f"(`agentrl config --keys` lists them)")
     else:
-        fields = {f.name: f for f in own_fields(cls.Params)}
-        hints = typing.get_type_hints(cls.Params)
-        for key in algorithm.params:
-            if key not in fields:
-                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.5)
-                hint = f"; did you mean `algorithm.params.{close[0]}`?" if close else ""
-                raise UsageError(f"unknown config key `algorithm.params.{key}` for {algorithm.estimator}{hint} "
-                                 f"(its parameters: {', '.join(fields) or 'none'})")
-        algorithm.params = {key: _coerce(f"algorithm.params.{key}", value, hints[key], dict(fields[key].metadata))
-                            for key, value in algorithm.params.items()}
+        algorithm.params = _checked_params("algorithm.params", algorithm.params, cls.Params, own_fields(cls.Params),
+                                           algorithm.estimator, "its parameters")
     estimator_from_config(algorithm)
 
 
@@ -380,17 +380,10 @@ def check_backend(rollout) -> None:
             raise UsageError(f"rollout.backend_params is for a back end loaded by import path; rollout.backend="
                              f"{rollout.backend} reads {where} (`agentrl config --keys` lists them)")
     else:
-        fields = {f.name: f for f in dataclasses.fields(cls.Settings)} if cls.Settings is not None else {}
-        hints = typing.get_type_hints(cls.Settings) if cls.Settings is not None else {}
-        for key in rollout.backend_params:
-            if key not in fields:
-                close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.5)
-                hint = f"; did you mean `rollout.backend_params.{close[0]}`?" if close else ""
-                raise UsageError(f"unknown config key `rollout.backend_params.{key}` for {rollout.backend}{hint} "
-                                 f"(its settings: {', '.join(fields) or 'none'})")
-        rollout.backend_params = {key: _coerce(f"rollout.backend_params.{key}", value, hints[key],
-                                               dict(fields[key].metadata))
-                                  for key, value in rollout.backend_params.items()}
+        settings = cls.Settings
+        rollout.backend_params = _checked_params("rollout.backend_params", rollout.backend_params, settings,
+                                                 dataclasses.fields(settings) if settings is not None else (),
+                                                 rollout.backend, "its settings")
         if cls.Settings is not None:
             cls.Settings(**rollout.backend_params)      # its own checks across fields (__post_init__)
     if cls is not None and cls.weight_paths is not None and rollout.weight_sync not in ("auto", *cls.weight_paths):
