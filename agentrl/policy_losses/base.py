@@ -134,6 +134,14 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked.sum() / total if total > 0 else masked.sum() * 0.0
 
 
+def advantage_logprob_covariance(advantages: torch.Tensor, logprobs: torch.Tensor, mask: torch.Tensor
+                                 ) -> torch.Tensor:
+    """Per token, ``(A - mean A)(log pi - mean log pi)``, the means over the trained tokens: the
+    covariance Clip-Cov and KL-Cov pick their tokens by (no gradient)."""
+    with torch.no_grad():
+        return (advantages - masked_mean(advantages, mask)) * (logprobs - masked_mean(logprobs, mask))
+
+
 def row_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Per row: the mean of ``values`` over its trained tokens (0 for a row without any)."""
     mask = mask.to(values.dtype)

@@ -9,7 +9,7 @@ import dataclasses
 import torch
 
 from agentrl.estimators.params import param
-from agentrl.policy_losses.base import LossInputs, LossTerms, PolicyLoss, masked_mean
+from agentrl.policy_losses.base import LossInputs, LossTerms, PolicyLoss, advantage_logprob_covariance
 from agentrl.policy_losses.registry import register_policy_loss
 
 
@@ -43,7 +43,7 @@ class ClipCov(PolicyLoss):
         trained = x.mask > 0
         clipped_by_ppo = (clipped > unclipped) & trained
         with torch.no_grad():
-            cov = (adv - masked_mean(adv, x.mask)) * (x.logprobs - masked_mean(x.logprobs, x.mask))
+            cov = advantage_logprob_covariance(adv, x.logprobs, x.mask)
             candidates = torch.nonzero((cov < p.clip_cov_ub) & (cov > p.clip_cov_lb) & trained & ~clipped_by_ppo)
             count = max(int(p.clip_cov_ratio * float(x.mask.sum())), 1)
             if len(candidates):

@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from agentrl.estimators.params import param
-from agentrl.policy_losses.base import LossInputs, LossTerms, PolicyLoss
+from agentrl.policy_losses.base import LossInputs, LossTerms, PolicyLoss, advantage_logprob_covariance
 from agentrl.policy_losses.registry import register_policy_loss
 
 
@@ -40,10 +40,9 @@ class KLCov(PolicyLoss):
         with torch.no_grad():
             positions = torch.nonzero(trained, as_tuple=True)[0]
             if len(positions):
-                adv_t, logp_t = adv.reshape(-1)[positions].cpu(), x.logprobs.reshape(-1)[positions].cpu()
-                cov = (adv_t - adv_t.mean()) * (logp_t - logp_t.mean())
+                cov = advantage_logprob_covariance(adv, x.logprobs, x.mask).reshape(-1)[positions]
                 top = torch.topk(cov, max(1, int(len(cov) * p.kl_cov_ratio)), largest=True).indices
-                selected[positions[top.to(positions.device)]] = True
+                selected[positions[top]] = True
         selected = selected.view_as(adv)
         losses = torch.where(selected, penalised, plain)
         return LossTerms(losses, metrics={"kl_cov_frac": selected.to(adv.dtype)})
