@@ -15,12 +15,19 @@ layouts with the same sampling seeds. Every validation episode is kept per layou
 
 Per seed: the success of each run and the mean over layouts of the paired difference (compared
 minus sync, each layout 1, 0 or -1) with its 95 % interval over layouts; over seeds: the mean of
-the per-seed differences with a 95 % t-interval over seeds. Parity means the interval holds 0.
+the per-seed differences with a 95 % t-interval over seeds, and one interval over every (seed,
+layout) pair pooled. Parity means the interval holds 0. Each run's gain over its warm start (its
+last validation against its iteration 0, paired per layout) is reported the same way.
+
+The compared side can be ``sync`` with overrides of its own, which makes this the paired A/B of
+any two settings from one warm start per seed (a policy loss, an estimator):
 
     agentrl bench parity --seeds 0,1,2,3,4 --out /tmp/parity
     agentrl bench parity --compared "async+trainer.max_staleness=1" --compared-iterations 24
     agentrl bench parity --compared "sync+rollout.agent=agentrl.agents.textcraft_openai:run_episode" \
         --compared-name gateway --compared-iterations 16 rollout.expert_guidance=false
+    agentrl bench parity --seeds 0,1,2 --iterations 16 --compared-iterations 16 --eval-every 8 \
+        --compared "sync+learner.policy_loss=cispo" --compared-name cispo
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from agentrl.bench._common import cpu_name, run_report
 from agentrl.runs.tracking import read_metrics
 from agentrl.runtime.child_env import child_environment
 
-HELP = "sync vs an overlapped trainer.mode: validation success at equal iterations and equal time, paired per layout"
+HELP = ("sync vs an overlapped trainer.mode (or any variant: sync+overrides): validation success at equal iterations "
+        "and equal time, and each run's gain over its warm start, paired per layout")
 
 # two-sided 95 % t quantiles by degrees of freedom (scipy is not a dependency)
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -130,6 +138,7 @@ def measure(args) -> dict:
     started = time.time()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     per_seed, start = [], []
+    pooled: dict[str, tuple[dict, dict]] = {}      # (seed, layout) pairs of every seed
     for seed in (int(s) for s in args.seeds.split(",")):
         sync_dir = train(args, f"sync-seed{seed}", "sync", args.iterations, seed, start)
         other_dir = train(args, f"{name}-seed{seed}", mode, args.compared_iterations, seed, [*start, *own])
@@ -139,22 +148,31 @@ def measure(args) -> dict:
         evaluated = sorted(int(p.stem.split("_")[1]) for p in (other_dir / "validation").glob("iter_*.jsonl"))
         budget = sync_time[args.iterations]
         at_time = max((k for k in evaluated if k > 0 and other_time[k] <= budget), default=evaluated[0])
-        sync_final = outcomes(sync_dir, args.iterations)
-        row = {"seed": seed, "warm_start": statistics.fmean(outcomes(sync_dir, 0).values()),
+        sync_final, other_final = outcomes(sync_dir, args.iterations), outcomes(other_dir, args.iterations)
+        sync_start, other_start = outcomes(sync_dir, 0), outcomes(other_dir, 0)
+        for name_, (before, after) in (("sync_gain", (sync_start, sync_final)), ("compared_gain", (other_start, other_final)),
+                                       ("equal_iterations", (sync_final, other_final))):
+            pooled.setdefault(name_, ({}, {}))
+            pooled[name_][0].update({(seed, *k): v for k, v in before.items()})
+            pooled[name_][1].update({(seed, *k): v for k, v in after.items()})
+        row = {"seed": seed, "warm_start": statistics.fmean(sync_start.values()),
                "sync_training_s": budget, "compared_training_s_at_equal_iterations": other_time[args.iterations],
-               "equal_iterations": paired(sync_final, outcomes(other_dir, args.iterations)),
+               "equal_iterations": paired(sync_final, other_final),
+               "sync_gain": paired(sync_start, sync_final), "compared_gain": paired(other_start, other_final),
                "equal_time_iteration": at_time, "compared_training_s_at_equal_time": other_time.get(at_time, 0.0),
                "equal_time": paired(sync_final, outcomes(other_dir, at_time))}
         per_seed.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     summary = {}
-    for key in ("equal_iterations", "equal_time"):
+    for key in ("equal_iterations", "equal_time", "sync_gain", "compared_gain"):
         diffs = [r[key]["diff"] for r in per_seed]
         mean, half = mean_interval(diffs)
         summary[key] = {"sync": mean_interval([r[key]["sync"] for r in per_seed]),
                         "compared": mean_interval([r[key]["compared"] for r in per_seed]),
                         "diff": mean, "diff_95": half, "seeds": len(diffs),
                         "seeds_compared_ahead": sum(d > 0 for d in diffs), "seeds_sync_ahead": sum(d < 0 for d in diffs)}
+        if key in pooled:       # one interval over every (seed, layout) pair, the seeds' layouts as one sample
+            summary[key]["pooled"] = paired(*pooled[key])
     meta = {"cpu": cpu_name(), "recipe": args.recipe, "compared": args.compared,
             "share_sft": bool(getattr(args, "share_sft", False)), "iterations": args.iterations,
             "compared_iterations": args.compared_iterations, "eval_every": args.eval_every,
@@ -183,7 +201,18 @@ def show(meta: dict, results: dict) -> None:
         s = results["summary"][key]
         print(f"{label}: sync {pct(s['sync'][0])} +- {pct(s['sync'][1])} %, compared {pct(s['compared'][0])} +- "
               f"{pct(s['compared'][1])} %, paired diff {pct(s['diff'])} +- {pct(s['diff_95'])} points over "
-              f"{s['seeds']} seeds ({s['seeds_compared_ahead']} ahead, {s['seeds_sync_ahead']} behind)")
+              f"{s['seeds']} seeds ({s['seeds_compared_ahead']} ahead, {s['seeds_sync_ahead']} behind)"
+              + pooled_text(s))
+    for key, label in (("sync_gain", "sync's gain over its warm start"), ("compared_gain", "compared's gain over its warm start")):
+        s = results["summary"][key]
+        print(f"{label}: {pct(s['sync'][0])} -> {pct(s['compared'][0])} %, paired gain {pct(s['diff'])} +- "
+              f"{pct(s['diff_95'])} points over {s['seeds']} seeds ({s['seeds_compared_ahead']} up, "
+              f"{s['seeds_sync_ahead']} down)" + pooled_text(s))
+
+
+def pooled_text(summary: dict) -> str:
+    p = summary.get("pooled")
+    return "" if not p else f"; pooled over {p['layouts']} (seed, layout) pairs {pct(p['diff'])} +- {pct(p['diff_95'])}"
 
 
 def run(args) -> int:

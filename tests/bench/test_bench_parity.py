@@ -98,3 +98,23 @@ def test_share_sft_starts_later_seeds_from_the_first_seeds_sft_model(tmp_path, m
     start = f"trainer.init_checkpoint={tmp_path / 'runs' / 'sync-seed0' / 'sft_model'}"
     assert calls == [("sync-seed0", []), ("gateway-seed0", ["rollout.agent=x:y"]),
                      ("sync-seed1", [start]), ("gateway-seed1", [start, "rollout.agent=x:y"])]
+
+
+def test_each_runs_gain_over_its_warm_start_is_paired_per_layout_and_pooled_over_seeds(tmp_path):
+    won = {"sync-seed0": {0: [0, 0, 1, 1], 4: [1, 0, 1, 1]}, "pgx-seed0": {0: [0, 0, 1, 1], 4: [1, 1, 1, 1]},
+           "sync-seed1": {0: [0, 1, 0, 1], 4: [0, 1, 0, 1]}, "pgx-seed1": {0: [0, 1, 0, 1], 4: [1, 1, 0, 0]}}
+    for name, outcome in won.items():
+        write_run(tmp_path / "runs" / name, {2: 130.0, 4: 150.0}, {4: 10.0}, outcome)
+        (tmp_path / "runs" / name / "final_model").mkdir()
+    args = SimpleNamespace(recipe="textcraft_grpo_tiny", compared="sync+learner.policy_loss=gspo", compared_name="pgx",
+                           seeds="0,1", iterations=4, compared_iterations=4, eval_every=4, out=str(tmp_path), overrides=[])
+    report = parity.measure(args)
+    seeds, summary = report["results"]["seeds"], report["results"]["summary"]
+    assert [r["sync_gain"]["diff"] for r in seeds] == [0.25, 0.0]
+    assert [r["compared_gain"]["diff"] for r in seeds] == [0.5, 0.0]
+    assert summary["compared_gain"]["diff"] == pytest.approx(0.25)
+    # pooled: 8 (seed, layout) pairs; compared minus sync at iteration 4: +1 (seed 0), +1 and -1 (seed 1)
+    pooled = summary["equal_iterations"]["pooled"]
+    assert pooled["layouts"] == 8 and pooled["diff"] == pytest.approx(1 / 8)
+    assert summary["sync_gain"]["pooled"]["diff"] == pytest.approx(1 / 8)
+    parity.show(report["meta"], report["results"])
