@@ -105,7 +105,7 @@ def _build_model(cfg, seed: int, out_dir: str):
     if cfg.model.name_or_path != "tiny":     # a paper shape with random weights, written to out_dir
         path = prepare_initial_model(cfg.model, cfg.tokenizer, f"{out_dir}/model", corpus=corpus_builder(cfg), seed=seed)
         return None, load_tokenizer(path), path
-    tokenizer = train_tokenizer(corpus_builder(cfg)(), cfg.tokenizer.vocab_size, cfg.tokenizer.isolated_chars)
+    tokenizer = train_tokenizer(corpus_builder(cfg)(), cfg.tokenizer.vocab_size)
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=seed).eval()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

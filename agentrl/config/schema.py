@@ -72,8 +72,6 @@ class TokenizerConfig:
     name_or_path: Optional[str] = F(None, "tokenizer directory or hub name; null = the model's")
     vocab_size: int = F(2048, "vocabulary size when the tokenizer is trained on env text", min=64)
     corpus_tasks: int = F(200, "expert episodes per environment used as tokenizer training text", min=1)
-    isolated_chars: str = F("", "characters a tokenizer trained on env text keeps as tokens of their own, never "
-                                "merged with a neighbour (a text grid's cell symbols: each cell one token)")
 
 
 # ------------------------------------------------------------------------------------------- env

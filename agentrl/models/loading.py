@@ -122,7 +122,7 @@ def prepare_initial_model(model_cfg, tokenizer_cfg, out_dir: str | os.PathLike,
         if corpus is None:
             raise ValueError("a tiny model needs a text corpus to train its tokenizer")
         tokenizer = (load_tokenizer(tokenizer_cfg.name_or_path) if tokenizer_cfg.name_or_path else
-                     train_tokenizer(corpus(), tokenizer_cfg.vocab_size, tokenizer_cfg.isolated_chars))
+                     train_tokenizer(corpus(), tokenizer_cfg.vocab_size))
         model = build_tiny_model(model_cfg.tiny, tokenizer, seed=seed)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         return str(_write_model_dir(model, tokenizer, out_dir))
@@ -135,7 +135,7 @@ def prepare_initial_model(model_cfg, tokenizer_cfg, out_dir: str | os.PathLike,
         except UsageError:
             if corpus is None:
                 raise
-            tokenizer = train_tokenizer(corpus(), tokenizer_cfg.vocab_size, tokenizer_cfg.isolated_chars)
+            tokenizer = train_tokenizer(corpus(), tokenizer_cfg.vocab_size)
         model = build_random_model(name, len(tokenizer), seed=seed)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         written = _write_model_dir(model, tokenizer, out_dir)

@@ -10,12 +10,10 @@ thinking tags are added as whole tokens (not special: they decode as text).
 
 from __future__ import annotations
 
-import re
-
 from pathlib import Path
 from typing import Iterable
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 EOS_TOKEN = "<|endoftext|>"
@@ -33,14 +31,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-def _build_bpe(texts: Iterable[str], vocab_size: int, isolated_chars: str = "") -> Tokenizer:
+def _build_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     tok = Tokenizer(models.BPE())
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if isolated_chars:      # split off every one of these characters before BPE sees the text
-        cells = Regex("[" + "".join(re.escape(c) for c in dict.fromkeys(isolated_chars)) + "]")
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(cells, behavior="isolated"), byte_level])
-    else:
-        tok.pre_tokenizer = byte_level
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), min_frequency=2,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -48,12 +41,9 @@ def _build_bpe(texts: Iterable[str], vocab_size: int, isolated_chars: str = "") 
     return tok
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, isolated_chars: str = "") -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer on ``texts`` and wrap it with the chat template and special tokens.
-
-    ``isolated_chars``: characters never merged with a neighbour (each occurrence is its own token, a
-    multi-byte one its own bytes' merge): a text grid's cells then line up, one token per column."""
-    raw = _build_bpe(texts, vocab_size, isolated_chars)
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer on ``texts`` and wrap it with the chat template and special tokens."""
+    raw = _build_bpe(texts, vocab_size)
     for i, token in enumerate(SPECIAL_TOKENS):
         if raw.token_to_id(token) != i:
             raise RuntimeError(f"special token {token} got id {raw.token_to_id(token)}, expected {i}")
