@@ -138,7 +138,7 @@ def measure(args) -> dict:
     started = time.time()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     per_seed, start = [], []
-    pooled: dict[str, tuple[dict, dict]] = {}      # (seed, layout) pairs of every seed
+    pooled: dict[str, tuple[dict, dict]] = {}
     for seed in (int(s) for s in args.seeds.split(",")):
         sync_dir = train(args, f"sync-seed{seed}", "sync", args.iterations, seed, start)
         other_dir = train(args, f"{name}-seed{seed}", mode, args.compared_iterations, seed, [*start, *own])
@@ -150,15 +150,15 @@ def measure(args) -> dict:
         at_time = max((k for k in evaluated if k > 0 and other_time[k] <= budget), default=evaluated[0])
         sync_final, other_final = outcomes(sync_dir, args.iterations), outcomes(other_dir, args.iterations)
         sync_start, other_start = outcomes(sync_dir, 0), outcomes(other_dir, 0)
-        for name_, (before, after) in (("sync_gain", (sync_start, sync_final)), ("compared_gain", (other_start, other_final)),
-                                       ("equal_iterations", (sync_final, other_final))):
-            pooled.setdefault(name_, ({}, {}))
-            pooled[name_][0].update({(seed, *k): v for k, v in before.items()})
-            pooled[name_][1].update({(seed, *k): v for k, v in after.items()})
+        pairs = {"equal_iterations": (sync_final, other_final), "sync_gain": (sync_start, sync_final),
+                 "compared_gain": (other_start, other_final)}
+        for key, (before, after) in pairs.items():      # pooled: (seed, layout) -> won, over every seed
+            pooled_before, pooled_after = pooled.setdefault(key, ({}, {}))
+            pooled_before.update({(seed, *k): v for k, v in before.items()})
+            pooled_after.update({(seed, *k): v for k, v in after.items()})
         row = {"seed": seed, "warm_start": statistics.fmean(sync_start.values()),
                "sync_training_s": budget, "compared_training_s_at_equal_iterations": other_time[args.iterations],
-               "equal_iterations": paired(sync_final, other_final),
-               "sync_gain": paired(sync_start, sync_final), "compared_gain": paired(other_start, other_final),
+               **{key: paired(before, after) for key, (before, after) in pairs.items()},
                "equal_time_iteration": at_time, "compared_training_s_at_equal_time": other_time.get(at_time, 0.0),
                "equal_time": paired(sync_final, outcomes(other_dir, at_time))}
         per_seed.append(row)

@@ -384,8 +384,8 @@ def check_backend(rollout) -> None:
         rollout.backend_params = _checked_params("rollout.backend_params", rollout.backend_params, settings,
                                                  dataclasses.fields(settings) if settings is not None else (),
                                                  rollout.backend, "its settings")
-        if cls.Settings is not None:
-            cls.Settings(**rollout.backend_params)      # its own checks across fields (__post_init__)
+        if settings is not None:
+            settings(**rollout.backend_params)      # its own checks across fields (__post_init__)
     if cls is not None and cls.weight_paths is not None and rollout.weight_sync not in ("auto", *cls.weight_paths):
         raise UsageError(f"rollout.weight_sync={rollout.weight_sync}: the {cls.name} back end receives weights only "
                          f"by {', '.join(cls.weight_paths)}; set rollout.weight_sync=auto or one of those")
